@@ -1,0 +1,41 @@
+"""``rhythm eval``: evaluate an agent on the eval split beside random, heuristic and oracle."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetOpt, overrides
+
+
+def eval_command(
+    agent: Annotated[
+        Optional[str],
+        typer.Option("--agent", help="random | heuristic | planner | bayes | oracle | model:PATH | openai:MODEL | azure:DEPLOYMENT"),
+    ] = None,
+    condition: ConditionOpt = None,
+    episodes: Annotated[Optional[int], typer.Option("--episodes", help="Episodes per condition (default 100/50/15).")] = None,
+    seeds: SeedsOpt = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Episodes per batched generate (model agents).")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Results JSON (episodes JSONL goes beside it).")] = None,
+    grader: Annotated[Optional[str], typer.Option("--grader", help="Headline grader: v3 (default) or v2.")] = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates."""
+    from rhythm.cli.report import print_eval_table
+    from rhythm.cli.ui import err_console, progress_bars
+    from rhythm.config import load_config
+    from rhythm.eval.evaluate import EvalConfig, run_eval, validate
+
+    given = {"agent": agent, "condition": condition, "episodes": episodes, "seeds": seeds, "output": output, "grader": grader}
+    if batch_size is not None:
+        given["model.batch_size"] = batch_size
+    cfg = load_config(EvalConfig, config, overrides(given, set_))
+    validate(cfg)
+    with progress_bars(disable=quiet) as bars:
+        results, path, ep_path = run_eval(cfg, progress_factory=bars)
+    print_eval_table(results)
+    err_console.print(f"wrote {path} and {ep_path}")

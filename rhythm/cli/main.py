@@ -1,0 +1,79 @@
+"""The ``rhythm`` command: one Typer app; every subcommand is a thin layer over a library function.
+
+Errors funnel through :func:`main`: bad input (a :class:`RhythmError` or a usage error) prints one line
+on stderr and exits 2; ``RHYTHM_DEBUG=1`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+try:  # typer >= 0.20 vendors click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer on real click
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+from rhythm.cli.eval import eval_command
+from rhythm.cli.generate import generate_command
+from rhythm.cli.reeval import reeval_command
+from rhythm.errors import RhythmError
+
+app = typer.Typer(
+    name="rhythm",
+    help="Teach small language models to infer a hidden person and act on it: env, teachers, SFT, GRPO, eval, plots.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Teach small language models to infer a hidden person and act on it."""
+
+
+app.command("generate")(generate_command)
+app.command("reeval")(reeval_command)
+app.command("eval")(eval_command)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    message = " ".join(str(message).split())
+    print(f"rhythm: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``rhythm`` console script."""
+    debug = os.environ.get("RHYTHM_DEBUG", "") not in ("", "0")
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="rhythm", standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
+        sys.exit(2)
+    except UsageError as exc:
+        if debug:
+            raise
+        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        _fail(f"{where}{exc.format_message()} (see --help)")
+    except RhythmError as exc:
+        if debug:
+            raise
+        _fail(str(exc), exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Options shared by several commands, declared once so the same flag has the same help everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="YAML config; its keys are the stage config's fields. CLI options win."),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", help="Override any config key: --set key=value (repeatable; dotted keys for nested)."),
+]
+SeedsOpt = Annotated[Optional[str], typer.Option("--seeds", help="Seeds: 0-29, 0,5,9 or 10000-10049.")]
+ConditionOpt = Annotated[
+    Optional[str], typer.Option("--condition", help="in-dist | ood | discrete (eval also takes all).")
+]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="Skip episodes already in the output; repair a torn last line.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+def overrides(options: dict[str, object], sets: list[str] | None) -> dict[str, object]:
+    """Merge explicit options (None = not given) with ``--set key=value`` pairs; options win."""
+    from rhythm.config import parse_overrides
+
+    merged: dict[str, object] = dict(parse_overrides(sets or []))
+    merged.update({k: v for k, v in options.items() if v is not None})
+    return merged

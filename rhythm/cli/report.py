@@ -1,0 +1,79 @@
+"""Tables of results on stderr."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from rhythm.cli.ui import err_console
+
+
+def _ci(stat: dict[str, Any] | None) -> str:
+    if not stat or stat.get("mean") is None:
+        return "-"
+    lo, hi = stat["ci95"]
+    return f"{stat['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def print_eval_table(results: dict[str, Any]) -> None:
+    table = Table(title=f"rhythm eval: {results['agent']} ({results['env_version']}, grader {results['grader']})")
+    for col in ("condition", "n", "final v3 [95% CI]", "v2", "behaviour", "MAE", "prior MAE", "win/rand", "win/heur", "norm", "parse fail"):
+        table.add_column(col, justify="right" if col != "condition" else "left")
+    for cond, r in results["conditions"].items():
+        win = r["win_rate_vs"]
+        table.add_row(
+            cond,
+            str(r["episodes"]),
+            _ci(r["final_score"]),
+            f"{r['final_score_v2']['mean']:.3f}",
+            f"{r['behaviour_score']['mean']:.3f}",
+            "-" if r["belief_mae"]["mean"] is None else f"{r['belief_mae']['mean']:.3f}",
+            f"{r['belief_mae_prior']:.3f}",
+            "-" if "random" not in win else f"{win['random']:.2f}",
+            "-" if "heuristic" not in win else f"{win['heuristic']:.2f}",
+            "-" if r["normalized_score"] is None else f"{r['normalized_score']:.2f}",
+            f"{r['parse_failure_rate']:.1%}",
+        )
+    err_console.print(table)
+    refs = {c: r["references"] for c, r in results["conditions"].items()}
+    if any(refs.values()):
+        ref_table = Table(title="references on the same seeds (final v3 / v2 / behaviour)")
+        ref_table.add_column("condition")
+        names = sorted({n for r in refs.values() for n in r})
+        for n in names:
+            ref_table.add_column(n, justify="right")
+        for cond, r in refs.items():
+            ref_table.add_row(cond, *[
+                f"{r[n]['final_score']:.3f} / {r[n]['final_score_v2']:.3f} / {r[n]['behaviour_score']:.3f}" if n in r else "-"
+                for n in names
+            ])
+        err_console.print(ref_table)
+
+
+def print_reeval_table(summary: dict[str, Any]) -> None:
+    table = Table(title=f"rhythm reeval: {summary['jsonl']} ({summary['episodes']} episodes, {summary['env_version']})")
+    for col in ("condition", "split", "agent", "n", "flagged", "final v3 [95% CI]", "v2", "behaviour", "MAE", "prior MAE", "random v3 / v2", "heuristic v3 / v2"):
+        table.add_column(col, justify="left" if col in ("condition", "split", "agent") else "right")
+    for g in summary["groups"]:
+        base = g["baselines"]
+
+        def pair(name: str) -> str:
+            if name not in base or base[name]["final_score"]["mean"] is None:
+                return "-"
+            return f"{base[name]['final_score']['mean']:.3f} / {base[name]['final_score_v2']['mean']:.3f}"
+
+        table.add_row(
+            g["condition"], g["split"], g["agent"], str(g["episodes"]), str(g["flagged"]),
+            _ci(g["final_score"]),
+            "-" if g["final_score_v2"]["mean"] is None else f"{g['final_score_v2']['mean']:.3f}",
+            "-" if g["behaviour_score"]["mean"] is None else f"{g['behaviour_score']['mean']:.3f}",
+            "-" if g["belief_mae"]["mean"] is None else f"{g['belief_mae']['mean']:.3f}",
+            "-" if g["belief_mae_prior"] is None else f"{g['belief_mae_prior']:.3f}",
+            pair("random"), pair("heuristic"),
+        )
+    err_console.print(table)
+    for f in summary["flagged"][:20]:
+        err_console.print(f"[red]does not replay[/red] {f['where']} (seed {f['seed']}): {'; '.join(f['reasons'][:3])}")
+    if len(summary["flagged"]) > 20:
+        err_console.print(f"... and {len(summary['flagged']) - 20} more flagged records")

@@ -1,0 +1,142 @@
+"""Typed configs: dataclass defaults, then a YAML file, then ``key=value`` overrides, strictly.
+
+``load_config(cls, path, overrides)`` rejects an unknown key with the nearest valid name, coerces
+values to the field's type (so ``lr=3e-4`` from the CLI becomes a float) and fails loudly on a value
+of the wrong type. Nested dataclass fields take nested YAML mappings or dotted keys
+(``planner.horizon=6``). The resolved config goes into every output it produced
+(:func:`config_dict`, :func:`config_hash`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from rhythm.errors import RhythmError
+
+T = TypeVar("T")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _suggest(key: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+
+
+def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Merge ``values`` into the field dict ``base`` of dataclass ``cls`` with validation."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = _hints(cls)
+    out = dict(base)
+    for raw_key, value in values.items():
+        key = str(raw_key).replace("-", "_")
+        head, _, rest = key.partition(".")
+        if head not in fields:
+            raise RhythmError(f"{where}: unknown key {raw_key!r} for {cls.__name__}{_suggest(head, fields)}")
+        hint = hints[head]
+        if dataclasses.is_dataclass(hint):
+            sub = out[head]
+            sub_base = {f.name: getattr(sub, f.name) for f in dataclasses.fields(hint)}
+            update = {rest: value} if rest else value
+            if not isinstance(update, Mapping):
+                raise RhythmError(f"{where}: {head!r} takes a mapping of {hint.__name__} fields, got {value!r}")
+            out[head] = hint(**_apply(hint, sub_base, update, where))
+            continue
+        if rest:
+            raise RhythmError(f"{where}: {head!r} has no sub-keys (got {raw_key!r})")
+        try:
+            out[head] = TypeAdapter(hint).validate_python(value)
+        except ValidationError as err:
+            expected = getattr(hint, "__name__", str(hint))
+            raise RhythmError(f"{where}: {raw_key}={value!r} is not a valid {expected} ({err.errors()[0]['msg']})") from None
+    return out
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["lr=3e-4", "name=x"]`` -> dict; values are parsed as YAML scalars (numbers, bools, lists)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise RhythmError(f"override {pair!r} is not key=value")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise RhythmError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise RhythmError(f"{path}{line}: invalid YAML ({getattr(err, 'problem', err)})") from None
+    if not isinstance(data, dict):
+        raise RhythmError(f"{path}: expected a mapping of config keys at the top level")
+    return data
+
+
+def load_config(
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | Iterable[str] | None = None,
+) -> T:
+    """Defaults of ``cls``, updated by the YAML at ``path``, then by ``overrides`` (CLI wins).
+
+    ``overrides`` is a mapping (None values are skipped: options the user did not give) or a list of
+    ``key=value`` strings.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    defaults = cls()
+    values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls)}
+    if path is not None:
+        values = _apply(cls, values, read_yaml(path), str(path))
+    if overrides is not None:
+        if not isinstance(overrides, Mapping):
+            overrides = parse_overrides(overrides)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        values = _apply(cls, values, given, "command line")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise RhythmError(f"invalid {cls.__name__}: {err}") from None
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """The config as plain JSON-able data (nested dataclasses become mappings)."""
+    return orjson.loads(orjson.dumps(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config))
+
+
+def config_hash(config: Any) -> str:
+    """A short, stable hash of the effective config (sorted keys), recorded in every output."""
+    payload = orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(payload).hexdigest()[:12]
+
+
+def write_config(config: Any, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write the resolved config as YAML beside an output (with optional provenance)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = config_dict(config)
+    if extra:
+        data = {**data, "_provenance": dict(extra)}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,246 @@
+"""Evaluate any agent on the benchmark's eval split, beside reference agents on the same seeds.
+
+Run it with ``rhythm eval --agent bayes --condition all``. For each condition the agent and every
+reference agent (random, heuristic and oracle by default) play the same eval-split seeds; the report
+holds means with seeded bootstrap 95% CIs (v3 and v2), behaviour score, belief MAE beside the constant
+prior's on the same episodes, paired win rates, the normalised score (agent - random) /
+(oracle - random), parse-failure rate and action counts. The JSON is byte-identical across runs;
+per-episode records (every reply included) go to a JSONL beside it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from rhythm.agents import check_agent_spec, make_agent
+from rhythm.agents.base import EpisodeSpec
+from rhythm.config import config_dict, config_hash
+from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION
+from rhythm.env.profiles import belief_of, sample_profiles
+from rhythm.episodes import ProgressFn, play
+from rhythm.errors import RhythmError
+from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
+from rhythm.grader import GRADERS
+from rhythm.provenance import versions
+from rhythm.records import EpisodeRecord, JsonlWriter
+from rhythm.seeds import format_seeds, parse_seeds
+from rhythm.teacher.agents import TeacherConfig
+
+DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
+"""Eval sizes: 100 in-dist, 50 ood, 5 per discrete profile."""
+WIN_RATE_BASELINES = ("random", "heuristic")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How ``model:PATH`` agents generate (see :mod:`rhythm.eval.model_agent`)."""
+
+    batch_size: int = 64
+    """Episodes per batched ``generate`` call; all live episodes advance in lockstep."""
+    max_new_tokens: int = 160
+    """Reply budget per step (a teacher reply is ~110 tokens of the tiny tokenizer)."""
+    do_sample: bool = False
+    """Greedy by default; set true (with temperature/top_p) to sample."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    device: str = "auto"
+    """auto: cuda if available, else mps, else cpu."""
+    dtype: str = "auto"
+    """auto: bfloat16 on GPU, float32 on CPU."""
+    base_model: str | None = None
+    """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
+    seed: int = 0
+    """Sampling seed (only used with do_sample)."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """``rhythm eval``: which agent, which conditions, how many episodes, where to write."""
+
+    agent: str = "heuristic"
+    """random | heuristic | planner | bayes | oracle | model:PATH | openai:MODEL | azure:DEPLOYMENT"""
+    condition: str = "all"
+    """in-dist | ood | discrete | all"""
+    episodes: int | None = None
+    """Episodes per condition (eval seeds 0..N-1); default in-dist 100, ood 50, discrete 15."""
+    seeds: str | None = None
+    """Explicit eval-split seeds (e.g. 0-9); overrides episodes."""
+    grader: str = "v3"
+    """Headline grader (v3 or v2); both are always reported."""
+    references: list[str] = field(default_factory=lambda: ["random", "heuristic", "oracle"])
+    """Agents played on the same seeds for win rates and the normalised score."""
+    output: str = "eval_results_v2.json"
+    """Results JSON; per-episode records go beside it as <stem>.episodes.jsonl."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """Settings of bayes / oracle / planner (as agent or reference)."""
+    model: ModelOptions = field(default_factory=ModelOptions)
+    """Settings of model:PATH agents."""
+
+
+def conditions_of(name: str) -> list[str]:
+    if name == "all":
+        return list(CONDITIONS)
+    if name not in CONDITIONS:
+        raise RhythmError(f"unknown condition {name!r}; expected one of {', '.join(CONDITIONS)}, all")
+    return [name]
+
+
+def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
+    if cfg.seeds:
+        return parse_seeds(cfg.seeds)
+    n = cfg.episodes if cfg.episodes is not None else DEFAULT_EPISODES[condition]
+    if n < 1:
+        raise RhythmError(f"--episodes must be >= 1, got {n}")
+    return list(range(n))
+
+
+def validate(cfg: EvalConfig) -> None:
+    """Fail fast, before any episode is played, on names that cannot work."""
+    conditions_of(cfg.condition)
+    check_agent_spec(cfg.agent)
+    for ref in cfg.references:
+        check_agent_spec(ref)
+    if cfg.grader not in GRADERS:
+        raise RhythmError(f"unknown grader {cfg.grader!r}; expected one of {', '.join(GRADERS)}")
+
+
+def agent_options(cfg: EvalConfig, spec: str) -> Any:
+    kind = spec.partition(":")[0]
+    return cfg.model if kind == "model" else cfg.teacher
+
+
+def episodes_path(output: str | Path) -> Path:
+    out = Path(output)
+    return out.with_name(out.stem + ".episodes.jsonl")
+
+
+def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
+    return np.array([np.nan if r.score[key] is None else r.score[key] for r in records], dtype=np.float64)
+
+
+def summarize_condition(
+    condition: str,
+    records: list[EpisodeRecord],
+    references: dict[str, list[EpisodeRecord]],
+) -> dict[str, Any]:
+    """The report of one condition (SPEC section 6), from the agent's and references' records."""
+    seeds = [r.seed for r in records]
+    truth = belief_of(sample_profiles(condition, records[0].split, np.array(seeds)))
+    beliefs = [r.steps[-1].belief for r in records]
+    stated = [b is not None for b in beliefs]
+    by_dim = None
+    if any(stated):
+        err = np.array([np.abs(np.array(b) - t) for b, t in zip(beliefs, truth) if b is not None])
+        by_dim = {d: round(float(v), 6) for d, v in zip(BELIEF_DIMS, err.mean(axis=0))}
+    steps = [s for r in records for s in r.steps]
+    counts = Counter(s.action for s in steps)
+    final = _scores(records, "final_score")
+    out: dict[str, Any] = {
+        "episodes": len(records),
+        "split": records[0].split,
+        "seeds": format_seeds(seeds),
+        "final_score": mean_ci(final),
+        "final_score_v2": mean_ci(_scores(records, "final_score_v2")),
+        "behaviour_score": mean_ci(_scores(records, "behaviour_score")),
+        "belief_mae": mean_ci(_scores(records, "belief_mae")),
+        "belief_mae_by_dim": by_dim,
+        "belief_mae_prior": round(float(_scores(records, "belief_mae_prior").mean()), 6),
+        "belief_stated_rate": round(sum(stated) / len(records), 6),
+        "crashes": round(float(_scores(records, "crashes").mean()), 6),
+        "win_rate_vs": {},
+        "normalized_score": None,
+        "parse_failure_rate": round(sum(not s.parse_ok for s in steps) / len(steps), 6),
+        "action_counts": {a: counts.get(a, 0) for a in ACTIONS},
+        "references": {},
+    }
+    for name, recs in references.items():
+        if [r.seed for r in recs] != seeds:
+            raise RuntimeError(f"reference {name} played other seeds")
+        ref_final = _scores(recs, "final_score")
+        out["references"][name] = {
+            "final_score": round(float(ref_final.mean()), 6),
+            "final_score_v2": round(float(_scores(recs, "final_score_v2").mean()), 6),
+            "behaviour_score": round(float(_scores(recs, "behaviour_score").mean()), 6),
+        }
+        if name in WIN_RATE_BASELINES:
+            out["win_rate_vs"][name] = paired_win_rate(final, ref_final)
+    refs = out["references"]
+    if "random" in refs and "oracle" in refs:
+        out["normalized_score"] = normalized_score(
+            float(final.mean()), refs["random"]["final_score"], refs["oracle"]["final_score"]
+        )
+    return out
+
+
+def evaluate(
+    cfg: EvalConfig,
+    *,
+    progress_factory: Callable[[str, int], ProgressFn] | None = None,
+    on_records: Callable[[str, str, list[EpisodeRecord]], None] | None = None,
+) -> dict[str, Any]:
+    """Play the agent and its references on every requested condition; returns the results dict.
+
+    ``progress_factory(label, total_steps)`` gives a progress callback per (agent, condition);
+    ``on_records(agent, condition, records)`` sees every batch of records as it is produced.
+    """
+    validate(cfg)
+    chash = config_hash(cfg)
+    results: dict[str, Any] = {
+        "agent": cfg.agent,
+        "grader": cfg.grader,
+        "env_version": ENV_VERSION,
+        "config": config_dict(cfg),
+        "config_hash": chash,
+        "versions": versions(),
+        "conditions": {},
+    }
+    names = [cfg.agent] + [r for r in cfg.references if r != cfg.agent]
+    agents = {name: make_agent(name, agent_options(cfg, name)) for name in names}
+    for condition in conditions_of(cfg.condition):
+        seeds = eval_seeds(cfg, condition)
+        specs = [EpisodeSpec(condition, "eval", s) for s in seeds]
+        played: dict[str, list[EpisodeRecord]] = {}
+        for name in names:
+            progress = progress_factory(f"{name} {condition}", len(seeds) * 28) if progress_factory else None
+            batch = cfg.model.batch_size if name.startswith("model:") else None
+            model = name.partition(":")[2] or None
+            played[name] = play(agents[name], specs, batch_size=batch, config_hash=chash, model=model, progress=progress)
+            if on_records is not None:
+                on_records(name, condition, played[name])
+        refs = {r: played[r] for r in cfg.references}
+        results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs)
+    return results
+
+
+def write_results(results: dict[str, Any], output: str | Path) -> Path:
+    """Write the results JSON (sorted keys, indented): byte-identical for identical results."""
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    return path
+
+
+def run_eval(
+    cfg: EvalConfig, *, progress_factory: Callable[[str, int], ProgressFn] | None = None
+) -> tuple[dict[str, Any], Path, Path]:
+    """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON."""
+    validate(cfg)
+    ep_path = episodes_path(cfg.output)
+    ep_path.parent.mkdir(parents=True, exist_ok=True)
+    ep_path.unlink(missing_ok=True)
+    with JsonlWriter(ep_path) as writer:
+
+        def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
+            if name == cfg.agent:
+                for r in records:
+                    writer.write(r)
+
+        results = evaluate(cfg, progress_factory=progress_factory, on_records=keep)
+    return results, write_results(results, cfg.output), ep_path

@@ -1,0 +1,166 @@
+"""Replay stored episodes and regrade them: ``rhythm reeval --jsonl FILE|-``.
+
+Each record's stored actions are replayed in the env (same condition, split and seed). The replay
+must reproduce the stored meters, rewards and scores; a record that does not (edited by hand, or
+written by another env version) is flagged with the reason and where it is. Scores are recomputed
+with the current grader (v3 and v2) and set beside ``random`` and ``heuristic`` on the same seeds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rhythm.agents import make_agent
+from rhythm.agents.base import EpisodeSpec
+from rhythm.env.batched import BatchedRhythmEnv
+from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
+from rhythm.episodes import play
+from rhythm.errors import RhythmError
+from rhythm.eval.stats import mean_ci
+from rhythm.grader import score_episode
+from rhythm.protocol import FALLBACK_ACTION, parse_reply
+from rhythm.provenance import versions
+from rhythm.records import read_episodes
+
+SCORE_FIELDS = ("final_score", "final_score_v2", "behaviour_score", "belief_mae")
+
+
+@dataclass(frozen=True)
+class ReevalConfig:
+    """``rhythm reeval``: which file, what to compare against, how strict."""
+
+    jsonl: str = "data/teacher_30ep.jsonl"
+    """Episodes JSONL, or - for stdin."""
+    output: str | None = None
+    """Optional summary JSON."""
+    baselines: list[str] = field(default_factory=lambda: ["random", "heuristic"])
+    """Agents replayed on the same seeds for comparison."""
+    tolerance: float = 1e-6
+    """Largest difference between stored and replayed numbers that still counts as equal."""
+    strict: bool = False
+    """Exit with code 1 when any record is flagged."""
+
+
+@dataclass
+class Replayed:
+    where: str
+    condition: str
+    split: str
+    seed: int
+    agent: str
+    flags: list[str]
+    score: dict[str, Any]
+
+
+def _differs(a: Any, b: Any, tol: float) -> bool:
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return abs(float(a) - float(b)) > tol
+
+
+def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> list[Replayed]:
+    """Replay every record; flag any whose stored outcome does not reproduce."""
+    groups: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    out: list[Replayed] = []
+    for where, rec in items:
+        flags = []
+        if rec.get("env_version") != ENV_VERSION:
+            flags.append(f"env_version {rec.get('env_version')!r} is not {ENV_VERSION!r}")
+        if len(rec["steps"]) != EPISODE_STEPS:
+            flags.append(f"has {len(rec['steps'])} steps, expected {EPISODE_STEPS}")
+        try:
+            BatchedRhythmEnv(rec["condition"], rec["split"], 1)
+        except ValueError as err:
+            raise RhythmError(f"{where}: {err}") from None
+        if len(rec["steps"]) != EPISODE_STEPS:
+            out.append(Replayed(where, rec["condition"], rec["split"], rec["seed"], rec["agent"], flags, {}))
+            continue
+        rec["_flags"] = flags
+        groups[(rec["condition"], rec["split"])].append((where, rec))
+    for (condition, split), group in groups.items():
+        env = BatchedRhythmEnv(condition, split, len(group))
+        env.reset(seed=[rec["seed"] for _, rec in group])
+        returns = np.zeros(len(group))
+        crashes = np.zeros(len(group), dtype=np.int64)
+        for t in range(EPISODE_STEPS):
+            actions = []
+            for where, rec in group:
+                step = rec["steps"][t]
+                name = str(step.get("action", ""))
+                if name not in ACTION_INDEX:
+                    rec["_flags"].append(f"step {t}: unknown action {name!r}")
+                    name = FALLBACK_ACTION
+                parsed = parse_reply(step.get("response", ""))
+                if parsed.ok and parsed.action_name != name:
+                    rec["_flags"].append(f"step {t}: response says {parsed.action_name}, record says {name}")
+                actions.append(ACTION_INDEX[name])
+            res = env.step_raw(np.array(actions))
+            returns += res.reward
+            crashes += res.crashes
+            for i, (where, rec) in enumerate(group):
+                step = rec["steps"][t]
+                if "meters" in step and (
+                    len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - res.meters[i])) > tolerance
+                ):
+                    rec["_flags"].append(f"step {t}: stored meters do not replay")
+                if "reward" in step and _differs(step["reward"], res.reward[i], tolerance):
+                    rec["_flags"].append(f"step {t}: stored reward {step['reward']} does not replay ({res.reward[i]:.6f})")
+        truths = env.belief_targets
+        for i, (where, rec) in enumerate(group):
+            belief = rec["steps"][-1].get("belief")
+            score = score_episode(float(returns[i]), int(crashes[i]), belief, truths[i], condition).to_dict()
+            stored = rec.get("score") or {}
+            for key in SCORE_FIELDS:
+                if key in stored and _differs(stored[key], score[key], tolerance):
+                    rec["_flags"].append(f"score.{key} {stored[key]} does not replay ({score[key]})")
+            flags = list(dict.fromkeys(rec.pop("_flags")))  # dedupe, keep order
+            out.append(Replayed(where, condition, split, int(rec["seed"]), str(rec["agent"]), flags, score))
+    return out
+
+
+def reeval(cfg: ReevalConfig) -> dict[str, Any]:
+    """Replay, regrade and compare with baselines; returns the summary."""
+    items = list(read_episodes(cfg.jsonl))
+    if not items:
+        raise RhythmError(f"{cfg.jsonl}: no episodes")
+    replayed = replay(items, cfg.tolerance)
+    groups: dict[tuple[str, str, str], list[Replayed]] = defaultdict(list)
+    for r in replayed:
+        groups[(r.condition, r.split, r.agent)].append(r)
+    summary: dict[str, Any] = {
+        "jsonl": cfg.jsonl,
+        "env_version": ENV_VERSION,
+        "versions": versions(),
+        "episodes": len(replayed),
+        "flagged": [{"where": r.where, "seed": r.seed, "reasons": r.flags} for r in replayed if r.flags],
+        "groups": [],
+    }
+    for (condition, split, agent), rs in sorted(groups.items()):
+        scored = [r for r in rs if r.score]
+        seeds = [r.seed for r in scored]
+        row: dict[str, Any] = {
+            "condition": condition,
+            "split": split,
+            "agent": agent,
+            "episodes": len(rs),
+            "flagged": sum(bool(r.flags) for r in rs),
+            "final_score": mean_ci([r.score["final_score"] for r in scored]),
+            "final_score_v2": mean_ci([r.score["final_score_v2"] for r in scored]),
+            "behaviour_score": mean_ci([r.score["behaviour_score"] for r in scored]),
+            "belief_mae": mean_ci([np.nan if r.score["belief_mae"] is None else r.score["belief_mae"] for r in scored]),
+            "belief_mae_prior": round(float(np.mean([r.score["belief_mae_prior"] for r in scored])), 6) if scored else None,
+            "baselines": {},
+        }
+        specs = [EpisodeSpec(condition, split, s) for s in seeds]
+        for name in cfg.baselines:
+            recs = play(make_agent(name), specs) if specs else []
+            row["baselines"][name] = {
+                "final_score": mean_ci([r.score["final_score"] for r in recs]),
+                "final_score_v2": mean_ci([r.score["final_score_v2"] for r in recs]),
+            }
+        summary["groups"].append(row)
+    return summary

@@ -1,0 +1,124 @@
+"""The grader: the one definition of a score. Eval, reeval, the teachers' records and the GRPO rewards
+all call these functions, so no two stages can disagree about what a score is.
+
+    final_score     = 0.8 * behaviour_score + 0.2 * belief_score
+    behaviour_score = clip((return + 1) / 2, 0, 1)       return: sum of step rewards, crashes included
+    belief v2       = 1 - MAE(belief, truth)                        (published grader)
+    belief v3       = clip(1 - MAE(belief, truth) / MAE_prior, 0, 1) (default)
+
+MAE is the mean absolute error over (S, M, W) of the belief stated at the last step; an episode with
+no belief scores 0 belief under both graders. ``MAE_prior`` is the expected MAE of the constant
+prior-mean belief of a condition (``PRIOR_MEAN``): a constant guess earns about nothing under v3,
+while under v2 it earns ~0.85 of the belief credit. Both constants are Monte Carlo estimates over
+200,000 train-split profiles (exact for ``discrete``); :func:`estimate_prior` recomputes them and a
+test holds the table to it. Per episode the v3 score is clipped at 0, so a constant guess still
+averages ~0.1 belief score (its unclipped mean is 0): about 0.02 of final score, against 0.17 under v2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Final
+
+import numpy as np
+
+from rhythm.env.constants import CONDITIONS
+from rhythm.env.profiles import belief_of, sample_profiles
+
+GRADERS: Final[tuple[str, ...]] = ("v3", "v2")
+DEFAULT_GRADER: Final[str] = "v3"
+BEHAVIOUR_WEIGHT: Final[float] = 0.8
+BELIEF_WEIGHT: Final[float] = 0.2
+RETURN_LOW: Final[float] = -1.0
+RETURN_HIGH: Final[float] = 1.0
+
+PRIOR_MEAN: Final[dict[str, tuple[float, float, float]]] = {
+    "in-dist": (0.5004, 0.5002, 0.5002),
+    "ood": (0.4997, 0.4993, 0.4998),
+    "discrete": (0.4767, 0.5250, 0.5967),
+}
+MAE_PRIOR: Final[dict[str, float]] = {"in-dist": 0.1488, "ood": 0.2452, "discrete": 0.1948}
+PRIOR_SAMPLES: Final[int] = 200_000
+
+
+def estimate_prior(condition: str, n: int = PRIOR_SAMPLES) -> tuple[np.ndarray, float]:
+    """Prior-mean belief and its expected MAE for a condition, from ``n`` train-split profiles."""
+    n = 3 if condition == "discrete" else n
+    beliefs = belief_of(sample_profiles(condition, "train", np.arange(n)))
+    mean = beliefs.mean(axis=0)
+    return mean, float(np.abs(beliefs - mean).mean())
+
+
+def behaviour_score(returns: np.ndarray | float) -> np.ndarray | float:
+    """The return mapped linearly from [RETURN_LOW, RETURN_HIGH] to [0, 1], clipped."""
+    out = np.clip((np.asarray(returns, dtype=np.float64) - RETURN_LOW) / (RETURN_HIGH - RETURN_LOW), 0.0, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def belief_mae(belief: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Mean absolute error over (S, M, W); NaN rows (no belief) give NaN."""
+    return np.abs(np.asarray(belief, dtype=np.float64) - np.asarray(truth, dtype=np.float64)).mean(axis=-1)
+
+
+def belief_score(mae: np.ndarray | float, condition: str, grader: str = DEFAULT_GRADER) -> np.ndarray | float:
+    """Belief credit in [0, 1] from the MAE (NaN = no belief = 0)."""
+    if condition not in MAE_PRIOR:
+        raise ValueError(f"unknown condition {condition!r}; expected one of {', '.join(CONDITIONS)}")
+    mae = np.asarray(mae, dtype=np.float64)
+    if grader == "v2":
+        score = 1.0 - mae
+    elif grader == "v3":
+        score = 1.0 - mae / MAE_PRIOR[condition]
+    else:
+        raise ValueError(f"unknown grader {grader!r}; expected one of {', '.join(GRADERS)}")
+    out = np.where(np.isnan(mae), 0.0, np.clip(score, 0.0, 1.0))
+    return float(out) if out.ndim == 0 else out
+
+
+def final_score(behaviour: np.ndarray | float, belief: np.ndarray | float) -> np.ndarray | float:
+    return BEHAVIOUR_WEIGHT * np.asarray(behaviour) + BELIEF_WEIGHT * np.asarray(belief)
+
+
+@dataclass(frozen=True)
+class Score:
+    """An episode's grades, as stored in every record (``score`` field of the JSONL)."""
+
+    final_score: float
+    final_score_v2: float
+    behaviour_score: float
+    belief_score: float
+    belief_score_v2: float
+    belief_mae: float | None
+    belief_mae_prior: float
+    return_: float
+    crashes: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        d = asdict(self)
+        d["return"] = d.pop("return_")
+        return d
+
+
+def score_episode(
+    episode_return: float,
+    crashes: int,
+    belief: tuple[float, float, float] | list[float] | None,
+    truth: np.ndarray,
+    condition: str,
+) -> Score:
+    """Grade one finished episode from its return, crash count and last stated belief."""
+    mae = float(belief_mae(np.asarray(belief), truth)) if belief is not None else float("nan")
+    beh = float(behaviour_score(episode_return))
+    v3 = float(belief_score(mae, condition, "v3"))
+    v2 = float(belief_score(mae, condition, "v2"))
+    return Score(
+        final_score=float(final_score(beh, v3)),
+        final_score_v2=float(final_score(beh, v2)),
+        behaviour_score=beh,
+        belief_score=v3,
+        belief_score_v2=v2,
+        belief_mae=None if np.isnan(mae) else mae,
+        belief_mae_prior=float(belief_mae(np.asarray(PRIOR_MEAN[condition]), truth)),
+        return_=float(episode_return),
+        crashes=int(crashes),
+    )

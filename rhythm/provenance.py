@@ -1,0 +1,44 @@
+"""Where an output came from: package versions, env version and a timestamp, recorded in every file a
+stage writes so a number can always be traced to the code and settings that produced it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import sys
+from importlib import metadata
+
+from rhythm.env.constants import ENV_VERSION
+
+_PACKAGES = (
+    "rhythm",
+    "numpy",
+    "gymnasium",
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "datasets",
+    "accelerate",
+    "huggingface_hub",
+    "openai",
+)
+
+
+def versions(packages: tuple[str, ...] = _PACKAGES) -> dict[str, str]:
+    """Installed versions of the packages that can change a result (absent ones are skipped)."""
+    out = {"python": platform.python_version(), "env_version": ENV_VERSION}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def command_line() -> str:
+    return " ".join(["rhythm", *sys.argv[1:]])

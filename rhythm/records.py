@@ -1,0 +1,237 @@
+"""Episode records and their JSONL files: the one format every stage reads and writes.
+
+One episode per line (orjson). Readers report a bad line as ``path:line: what is wrong``. Writers emit
+whole lines only, flushed as each episode finishes, so a crash or Ctrl-C never leaves half a record;
+``resume`` drops a torn last line and reports which episodes are already done. ``-`` means stdin or
+stdout, so stages pipe in a shell.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from rhythm.errors import RhythmError
+
+SCHEMA_VERSION = 1
+EPISODE_KEYS = ("schema", "env_version", "condition", "split", "seed", "agent", "steps", "score")
+STEP_KEYS = ("t", "action", "response", "observation")
+
+
+@dataclass
+class StepRecord:
+    """One step as played: what the agent saw and said, and what happened."""
+
+    t: int
+    day: int
+    slot: int
+    observation: str
+    response: str
+    belief: list[float] | None
+    action: str
+    parse_ok: bool
+    reward: float
+    meters: list[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class EpisodeRecord:
+    """One finished episode (SPEC section 5)."""
+
+    env_version: str
+    condition: str
+    split: str
+    seed: int
+    agent: str
+    config_hash: str
+    created_at: str
+    steps: list[StepRecord]
+    score: dict[str, Any]
+    usage: dict[str, float] = field(default_factory=dict)
+    model: str | None = None
+    schema: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "schema": self.schema,
+            "env_version": self.env_version,
+            "condition": self.condition,
+            "split": self.split,
+            "seed": self.seed,
+            "agent": self.agent,
+            "model": self.model,
+            "config_hash": self.config_hash,
+            "created_at": self.created_at,
+            "steps": [s.to_dict() for s in self.steps],
+            "score": self.score,
+            "usage": self.usage,
+        }
+        d.update(self.extra)
+        return d
+
+
+def episode_key(record: dict[str, Any]) -> tuple[str, str, int]:
+    """What identifies an episode within a file: (condition, split, seed)."""
+    return (record["condition"], record["split"], int(record["seed"]))
+
+
+def dumps(record: dict[str, Any] | EpisodeRecord) -> bytes:
+    data = record.to_dict() if isinstance(record, EpisodeRecord) else record
+    return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def _open_input(path: str | Path) -> tuple[BinaryIO, str]:
+    if str(path) == "-":
+        return sys.stdin.buffer, "<stdin>"
+    p = Path(path)
+    if not p.is_file():
+        raise RhythmError(f"file not found: {p}")
+    return p.open("rb"), str(p)
+
+
+def iter_jsonl(path: str | Path, *, skip_torn_last: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)``; a bad line raises ``path:line: what is wrong``.
+
+    With ``skip_torn_last`` a final line without its newline that does not parse (a writer killed
+    mid-line) is skipped instead of raising.
+    """
+    handle, name = _open_input(path)
+    try:
+        lineno = 0
+        for raw in handle:
+            lineno += 1
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as err:
+                if skip_torn_last and not raw.endswith(b"\n"):
+                    return
+                raise RhythmError(f"{name}:{lineno}: not valid JSON ({err.msg})") from None
+            if not isinstance(obj, dict):
+                raise RhythmError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+
+
+def check_episode(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate the fields an episode record must have; raise ``where: what is missing``."""
+    missing = [k for k in EPISODE_KEYS if k not in obj]
+    if missing:
+        raise RhythmError(f"{where}: episode record lacks {', '.join(missing)}")
+    if not isinstance(obj["steps"], list) or not obj["steps"]:
+        raise RhythmError(f"{where}: episode record has no steps")
+    for i, step in enumerate(obj["steps"]):
+        if not isinstance(step, dict):
+            raise RhythmError(f"{where}: step {i} is not an object")
+        lacking = [k for k in STEP_KEYS if k not in step]
+        if lacking:
+            raise RhythmError(f"{where}: step {i} lacks {', '.join(lacking)}")
+    if not isinstance(obj["seed"], int) or obj["seed"] < 0:
+        raise RhythmError(f"{where}: seed must be a non-negative integer, got {obj['seed']!r}")
+    return obj
+
+
+def read_episodes(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``("path:line", record)`` for every episode in a JSONL file (or ``-``), validated."""
+    name = "<stdin>" if str(path) == "-" else str(path)
+    for lineno, obj in iter_jsonl(path):
+        where = f"{name}:{lineno}"
+        yield where, check_episode(obj, where)
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a partial last line (no trailing newline) off ``path``; returns the bytes removed."""
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as fh:
+        fh.seek(max(0, size - 1))
+        if fh.read(1) == b"\n":
+            return 0
+        # walk back to the last newline
+        block = 65536
+        pos = size
+        while pos > 0:
+            start = max(0, pos - block)
+            fh.seek(start)
+            chunk = fh.read(pos - start)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                keep = start + idx + 1
+                fh.truncate(keep)
+                return size - keep
+            pos = start
+        fh.truncate(0)
+        return size
+
+
+def done_keys(path: Path) -> set[tuple[str, str, int]]:
+    """Episodes already complete in ``path`` (for ``--resume``); tolerates a torn last line."""
+    if not path.exists():
+        return set()
+    keys = set()
+    for lineno, obj in iter_jsonl(path, skip_torn_last=True):
+        try:
+            keys.add(episode_key(obj))
+        except (KeyError, TypeError, ValueError):
+            raise RhythmError(f"{path}:{lineno}: cannot resume: record lacks condition/split/seed") from None
+    return keys
+
+
+class JsonlWriter:
+    """Append whole records to a file (or stdout), flushed per record.
+
+    Each record is one ``write`` of one complete line to a file opened in append mode, so readers and
+    crashes only ever see whole lines.
+    """
+
+    def __init__(self, path: str | Path, *, resume: bool = False) -> None:
+        self.path = None if str(path) == "-" else Path(path)
+        self.repaired = 0
+        if self.path is None:
+            self._fh: BinaryIO | io.BufferedWriter = sys.stdout.buffer
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self.repaired = repair_torn_tail(self.path)
+        elif self.path.exists() and self.path.stat().st_size > 0:
+            raise RhythmError(f"{self.path} exists; pass --resume to continue it or choose another --output")
+        self._fh = self.path.open("ab")
+
+    def write(self, record: dict[str, Any] | EpisodeRecord) -> None:
+        self.write_line(dumps(record))
+
+    def write_line(self, line: bytes) -> None:
+        """Write one already-serialised record (must end with a newline)."""
+        if not line.endswith(b"\n"):
+            raise ValueError("a JSONL line must end with a newline")
+        self._fh.write(line)
+        self._fh.flush()
+        if self.path is not None:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self.path is not None:
+            self._fh.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

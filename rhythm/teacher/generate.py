@@ -1,0 +1,166 @@
+"""Teacher episodes on the train split as JSONL: ``rhythm generate --seeds 0-29 --output FILE``.
+
+CPU-bound teachers (bayes, oracle, planner and the baselines) play chunks of episodes in lockstep,
+spread over ``concurrency`` worker processes. Every finished episode is written as one whole line and
+flushed; ``--resume`` skips seeds already in the file and cuts off a torn last line first. The
+effective config and versions go to ``<output>.config.yaml`` beside the data, and each record carries
+the config's hash.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rhythm.agents import check_agent_spec, make_agent
+from rhythm.agents.base import EpisodeSpec
+from rhythm.config import config_hash, write_config
+from rhythm.env.constants import CONDITIONS, SPLITS
+from rhythm.episodes import play
+from rhythm.errors import RhythmError
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.records import JsonlWriter, done_keys, dumps
+from rhythm.seeds import parse_seeds
+from rhythm.teacher.agents import TeacherConfig
+
+CPU_TEACHERS = ("bayes", "oracle", "planner", "heuristic", "random")
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """``rhythm generate``: who teaches, which episodes, where they go."""
+
+    teacher: str = "bayes"
+    """bayes (default, offline) | oracle | planner | heuristic | random | openai | azure"""
+    seeds: str = "0-29"
+    """Train-split seeds to play, e.g. 0-29 or 0,5,9."""
+    condition: str = "in-dist"
+    """in-dist | ood | discrete"""
+    split: str = "train"
+    """train (default; eval seeds are for rhythm eval) or eval."""
+    output: str = "data/teacher_30ep.jsonl"
+    """JSONL file, or - for stdout."""
+    concurrency: int = 1
+    """Worker processes for CPU teachers; episodes in flight for API teachers."""
+    chunk: int = 16
+    """Episodes a CPU worker plays in lockstep per task (numpy batches them)."""
+    resume: bool = False
+    """Skip seeds already in the output and repair a torn last line."""
+    teacher_options: TeacherConfig = field(default_factory=TeacherConfig)
+    """Particle filter and planner settings of bayes / oracle / planner."""
+
+
+@dataclass
+class GenerateSummary:
+    episodes: int = 0
+    skipped: int = 0
+    repaired_bytes: int = 0
+    parse_failures: int = 0
+    steps: int = 0
+    mean_final_score: float | None = None
+    seconds: float = 0.0
+    output: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def validate(cfg: GenerateConfig) -> list[int]:
+    """Check names and seeds before anything runs; returns the seeds."""
+    if cfg.condition not in CONDITIONS:
+        raise RhythmError(f"unknown condition {cfg.condition!r}; expected one of {', '.join(CONDITIONS)}")
+    if cfg.split not in SPLITS:
+        raise RhythmError(f"unknown split {cfg.split!r}; expected one of {', '.join(SPLITS)}")
+    if cfg.concurrency < 1 or cfg.chunk < 1:
+        raise RhythmError("--concurrency and chunk must be >= 1")
+    if cfg.output == "-" and cfg.resume:
+        raise RhythmError("--resume needs a file --output, not stdout")
+    check_agent_spec(cfg.teacher)
+    return parse_seeds(cfg.seeds)
+
+
+def _play_chunk(teacher: str, options: TeacherConfig, condition: str, split: str, seeds: list[int], chash: str) -> list[bytes]:
+    """Worker task: play ``seeds`` and return their JSONL lines."""
+    agent = make_agent(teacher, options)
+    specs = [EpisodeSpec(condition, split, s) for s in seeds]
+    return [dumps(r) for r in play(agent, specs, config_hash=chash)]
+
+
+def sidecar_path(output: str | Path) -> Path:
+    return Path(str(output) + ".config.yaml")
+
+
+def generate(
+    cfg: GenerateConfig,
+    *,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> GenerateSummary:
+    """Play the teacher on every requested seed not yet in the output; write whole lines as they finish."""
+    seeds = validate(cfg)
+    if cfg.teacher.partition(":")[0] in ("openai", "azure"):
+        from rhythm.teacher.llm_generate import generate_llm  # API teachers: async, in one process
+
+        return generate_llm(cfg, seeds, progress=progress, on_total=on_total)
+    chash = config_hash(cfg)
+    started = time.perf_counter()
+    out_path = None if cfg.output == "-" else Path(cfg.output)
+    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
+    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
+    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
+    if on_total:
+        on_total(len(todo))
+    scores: list[float] = []
+    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
+        summary.repaired_bytes = writer.repaired
+        if out_path is not None:
+            write_config(cfg, sidecar_path(out_path), {"versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash})
+
+        def emit(lines: list[bytes]) -> None:
+            for line in lines:
+                writer.write_line(line)
+                rec = orjson.loads(line)
+                summary.episodes += 1
+                summary.steps += len(rec["steps"])
+                summary.parse_failures += sum(not s["parse_ok"] for s in rec["steps"])
+                scores.append(rec["score"]["final_score"])
+                if progress:
+                    progress(1)
+
+        chunks = [todo[i : i + cfg.chunk] for i in range(0, len(todo), cfg.chunk)]
+        args = (cfg.teacher, cfg.teacher_options, cfg.condition, cfg.split)
+        if cfg.concurrency == 1 or len(chunks) <= 1:
+            for chunk in chunks:
+                emit(_play_chunk(*args, chunk, chash))
+        else:
+            with ProcessPoolExecutor(max_workers=cfg.concurrency, mp_context=mp.get_context("spawn")) as pool:
+                pending = {pool.submit(_play_chunk, *args, chunk, chash) for chunk in chunks}
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        emit(fut.result())
+    summary.seconds = time.perf_counter() - started
+    summary.mean_final_score = sum(scores) / len(scores) if scores else None
+    return summary
+
+
+def summary_line(summary: GenerateSummary) -> str:
+    parts = [
+        f"{summary.episodes} episodes written",
+        f"{summary.skipped} already there",
+        f"{summary.steps} steps",
+        f"{summary.parse_failures} parse failures",
+        f"{summary.seconds:.1f} s",
+    ]
+    if summary.mean_final_score is not None:
+        parts.append(f"mean final score {summary.mean_final_score:.3f}")
+    if summary.repaired_bytes:
+        parts.append(f"cut a torn last line ({summary.repaired_bytes} bytes)")
+    parts.extend(f"{k} {v}" for k, v in summary.extra.items())
+    return "generate: " + ", ".join(parts) + f" -> {summary.output}"
+

@@ -1,0 +1,181 @@
+"""The offline student: a tiny Qwen2-architecture model and a BPE tokenizer trained locally on protocol
+text, built deterministically in code (no download), cached, and loadable with ``from_pretrained``.
+
+The real default student is ``Qwen/Qwen2.5-3B-Instruct``; this one exists so the whole recipe (SFT,
+GRPO, eval) runs offline on a CPU in minutes, in tests and in the quickstart. Anywhere a model name
+is accepted, ``rhythm-tiny`` means this model (built on first use under ``$RHYTHM_CACHE``, default
+``~/.cache/rhythm``).
+
+Two traps, both handled here: for a folder whose config says ``qwen2``, ``AutoTokenizer`` builds
+``Qwen2Tokenizer`` with its own NFC normaliser and digit-splitting regex, so the BPE is trained with
+exactly that pipeline (ids then match however it is loaded); and the chat template wraps the
+assistant's reply *and its* ``<|im_end|>`` in ``{% generation %}`` so assistant-only loss teaches the
+model to stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TINY_NAME = "rhythm-tiny"
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{% generation %}{{- message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{{- '\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""ChatML, as Qwen2.5 writes it, with generation markers around the assistant's turn."""
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of the tiny student; the cache key is a hash of this and the corpus."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 4096
+    initializer_range: float = 0.2
+    """0.02 (the Qwen default) leaves a random tiny model nearly untrainable under LoRA; 0.2 learns."""
+    seed: int = 0
+    corpus_episodes: int = 8
+    """Bayes and heuristic episodes per condition whose text trains the tokenizer."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RHYTHM_CACHE", Path.home() / ".cache" / "rhythm"))
+
+
+def protocol_corpus(spec: TinySpec) -> list[str]:
+    """Deterministic protocol text: the system prompt, observations and replies of built-in agents."""
+    from rhythm.agents import make_agent
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.env.constants import CONDITIONS
+    from rhythm.episodes import play
+    from rhythm.protocol import FORMAT_REMINDER, SYSTEM_PROMPT
+
+    texts = [SYSTEM_PROMPT, FORMAT_REMINDER]
+    for condition in CONDITIONS:
+        specs = [EpisodeSpec(condition, "train", s) for s in range(spec.corpus_episodes)]
+        for agent in ("bayes", "heuristic", "random"):
+            for rec in play(make_agent(agent), specs):
+                for step in rec.steps:
+                    texts.append(step.observation)
+                    texts.append(step.response)
+    return texts
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE with Qwen2's own normaliser and pre-tokeniser, as a PreTrainedTokenizerFast."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    tok = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        unk_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START, IM_END],
+        model_max_length=4096,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny_student(out_dir: str | Path, spec: TinySpec = TinySpec()) -> Path:
+    """Build tokenizer + randomly initialised Qwen2ForCausalLM into ``out_dir`` (deterministic)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    tokenizer = train_tokenizer(protocol_corpus(spec), spec.vocab_size)
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        initializer_range=spec.initializer_range,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=False)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "rhythm_tiny.json").write_text(json.dumps({"name": TINY_NAME, "spec": asdict(spec)}, indent=2))
+    return out
+
+
+def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
+    """The cached tiny student, built on first use (atomically, so parallel callers are safe)."""
+    from rhythm.env.constants import ENV_VERSION
+
+    key = hashlib.sha256(json.dumps({"spec": asdict(spec), "env": ENV_VERSION, "v": 1}, sort_keys=True).encode()).hexdigest()[:10]
+    final = cache_dir() / f"{TINY_NAME}-{key}"
+    if (final / "rhythm_tiny.json").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=final.parent))
+    try:
+        build_tiny_student(tmp, spec)
+        try:
+            tmp.rename(final)
+        except OSError:  # another process won the race; theirs is identical
+            pass
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def resolve_model(name_or_path: str) -> str:
+    """``rhythm-tiny`` -> the cached tiny student's path; anything else is returned as given."""
+    return str(tiny_student_path()) if name_or_path == TINY_NAME else name_or_path

@@ -1,0 +1,72 @@
+"""Tests run offline, in isolated temp dirs, with every client variable cleared.
+
+Servers for the ``openai`` and ``huggingface_hub`` clients run on 127.0.0.1 inside the tests; nothing
+here reaches the network. The tiny student is cached once per session under a temp RHYTHM_CACHE.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_CLEARED = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_ORG_ID",
+    "OPENAI_PROJECT_ID",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_ENDPOINT",
+    "AZURE_OPENAI_AD_TOKEN",
+    "OPENAI_API_VERSION",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_ENDPOINT",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in _CLEARED:
+        os.environ.pop(name, None)
+    os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+    os.environ["no_proxy"] = "127.0.0.1,localhost"
+    os.environ.setdefault("HF_HUB_OFFLINE", "0")
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def rhythm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A per-session cache dir (the tiny student is built here once per test worker)."""
+    path = Path(os.environ.get("RHYTHM_TEST_CACHE") or tmp_path_factory.mktemp("rhythm-cache"))
+    os.environ["RHYTHM_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_student(rhythm_cache: Path) -> Path:
+    """Path of the tiny offline student (tokenizer + random Qwen2 model)."""
+    from rhythm.train.tiny_model import tiny_student_path
+
+    return tiny_student_path()
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """Run ``rhythm ARGS...`` in-process; returns (exit_code, stdout, stderr)."""
+    from rhythm.cli.main import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["rhythm", *args])
+        code = 0
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
