@@ -108,7 +108,9 @@ def load_config(
     defaults = cls()
     values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls)}
     if path is not None:
-        values = _apply(cls, values, read_yaml(path), str(path))
+        data = read_yaml(path)
+        data.pop("_provenance", None)  # written by write_config beside outputs; not a setting
+        values = _apply(cls, values, data, str(path))
     if overrides is not None:
         if not isinstance(overrides, Mapping):
             overrides = parse_overrides(overrides)

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("RHYTHM_DEBUG", "") not in ("", "0")
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="rhythm", standalone_mode=False)
+        code = command.main(args=argv, prog_name="rhythm", standalone_mode=False)
+        if isinstance(code, int) and code != 0:  # typer.Exit(n) comes back as a return value here
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except NoArgsIsHelpError as exc:

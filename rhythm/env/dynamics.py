@@ -45,7 +45,7 @@ from rhythm.env.randomness import (
     STREAM_NOISE,
     STREAM_START,
     normal_at,
-    normal_np,
+    normals_np,
     stream_bases,
     uniform_np,
 )
@@ -154,10 +154,7 @@ def start_meters(keys: np.ndarray) -> np.ndarray:
 
 def noise_batch(keys: np.ndarray, t: int, stream: int = STREAM_NOISE) -> np.ndarray:
     """Standardised noise ``(N, 5)`` for step ``t`` (index ``t * 5 + meter`` of the stream)."""
-    out = np.empty((len(keys), N_METERS))
-    for k in range(N_METERS):
-        out[:, k] = normal_np(keys, stream, t * N_METERS + k)
-    return out
+    return normals_np(keys, stream, range(t * N_METERS, (t + 1) * N_METERS))
 
 
 def expected_delta(

@@ -99,7 +99,16 @@ def normal_at(key: int, base: int) -> float:
 
 def normal_np(keys: np.ndarray, stream: int, index: int) -> np.ndarray:
     """Vectorised :func:`normal`; equal bit for bit."""
-    h = splitmix64_np(keys ^ np.uint64(_stream_base(stream, index)))
+    return _irwin_hall_np(splitmix64_np(keys ^ np.uint64(_stream_base(stream, index))))
+
+
+def normals_np(keys: np.ndarray, stream: int, indices: range) -> np.ndarray:
+    """``(len(keys), len(indices))`` of :func:`normal`, one hash pass for all columns."""
+    bases = np.array([_stream_base(stream, i) for i in indices], dtype=np.uint64)
+    return _irwin_hall_np(splitmix64_np(np.asarray(keys, dtype=np.uint64)[:, None] ^ bases[None, :]))
+
+
+def _irwin_hall_np(h: np.ndarray) -> np.ndarray:
     m = np.uint64(0xFFFF)
     a = (h & m).astype(np.float64) + 0.5
     b = ((h >> np.uint64(16)) & m).astype(np.float64) + 0.5

@@ -1,0 +1,44 @@
+"""Shared helpers for benchmarks: pin to one core, time a callable, print one JSON line of results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+
+def pin_one_core() -> str:
+    """Single-threaded numpy/BLAS on one CPU core (best effort); returns what was done."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    if hasattr(os, "sched_setaffinity"):
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        return f"pinned to cpu {cpu}"
+    return "not pinned (no sched_setaffinity)"
+
+
+def best_rate(fn: Callable[[], int], seconds: float = 3.0, repeats: int = 3) -> float:
+    """Best of ``repeats`` runs of ``fn`` (which returns units of work) within ``seconds`` each: units/s."""
+    best = 0.0
+    for _ in range(repeats):
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / repeats:
+            done += fn()
+        best = max(best, done / (time.perf_counter() - start))
+    return best
+
+
+def report(name: str, results: dict, targets: dict | None = None) -> None:
+    """Print one JSON line: the figures, the targets, whether each is met, and the machine."""
+    out = {"benchmark": name, **results, "python": platform.python_version(), "machine": platform.machine(),
+           "cpus": os.cpu_count()}
+    if targets:
+        out["targets"] = targets
+        out["met"] = {k: results[k] >= v for k, v in targets.items()}
+    print(json.dumps(out), flush=True)
+    if targets and not all(out["met"].values()) and "--check" in sys.argv:
+        sys.exit(1)

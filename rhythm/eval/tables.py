@@ -1,0 +1,108 @@
+"""Markdown tables from ``eval_results_v2.json`` files, for the README and docs/results.md.
+
+Run: ``python -m rhythm.eval.tables results/bayes/eval_results_v2.json [more.json ...]``. Every number
+in the published tables comes from here, so the docs can be regenerated instead of retyped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rhythm.env.constants import BELIEF_DIMS, CONDITIONS
+from rhythm.errors import RhythmError
+
+AGENT_ORDER = ("random", "heuristic", "planner", "bayes", "oracle")
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise RhythmError(f"results file not found: {p}")
+    try:
+        return orjson.loads(p.read_bytes())
+    except orjson.JSONDecodeError as err:
+        raise RhythmError(f"{p}: not valid JSON ({err.msg})") from None
+
+
+def agent_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{agent: {condition: {"v3", "v2", "behaviour", "ci": (lo, hi) | None}}}`` across files."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for res in results:
+        for cond, r in res["conditions"].items():
+            rows.setdefault(res["agent"], {})[cond] = {
+                "v3": r["final_score"]["mean"],
+                "v2": r["final_score_v2"]["mean"],
+                "behaviour": r["behaviour_score"]["mean"],
+                "ci": tuple(r["final_score"]["ci95"]),
+                "mae": r["belief_mae"]["mean"],
+                "mae_prior": r["belief_mae_prior"],
+                "by_dim": r.get("belief_mae_by_dim"),
+                "win_heuristic": r["win_rate_vs"].get("heuristic"),
+                "normalized": r.get("normalized_score"),
+                "parse_failure_rate": r.get("parse_failure_rate"),
+            }
+            for name, ref in r.get("references", {}).items():
+                rows.setdefault(name, {}).setdefault(
+                    cond, {"v3": ref["final_score"], "v2": ref["final_score_v2"], "behaviour": ref["behaviour_score"], "ci": None}
+                )
+    return rows
+
+
+def _order(names: list[str]) -> list[str]:
+    known = [a for a in AGENT_ORDER if a in names]
+    return known + sorted(n for n in names if n not in AGENT_ORDER)
+
+
+def score_table(results: list[dict[str, Any]]) -> str:
+    """Final score v3 / v2 (behaviour) per agent and condition."""
+    rows = agent_rows(results)
+    conds = [c for c in CONDITIONS if any(c in r for r in rows.values())]
+    lines = ["| agent | " + " | ".join(f"{c} v3 / v2 (behaviour)" for c in conds) + " |", "|---" * (len(conds) + 1) + "|"]
+    for agent in _order(list(rows)):
+        cells = []
+        for c in conds:
+            x = rows[agent].get(c)
+            cells.append("—" if x is None else f"{x['v3']:.3f} / {x['v2']:.3f} ({x['behaviour']:.3f})")
+        lines.append(f"| {agent} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def belief_table(results: list[dict[str, Any]]) -> str:
+    """Belief MAE per agent and condition, per dimension, beside the constant prior's."""
+    rows = agent_rows(results)
+    lines = ["| agent | condition | belief MAE | prior MAE | ratio | " + " | ".join(f"MAE {d}" for d in BELIEF_DIMS) + " |",
+             "|---" * (5 + len(BELIEF_DIMS)) + "|"]
+    for agent in _order(list(rows)):
+        for c in CONDITIONS:
+            x = rows[agent].get(c)
+            if not x or x.get("mae") is None:
+                continue
+            dims = x["by_dim"] or {}
+            lines.append(
+                f"| {agent} | {c} | {x['mae']:.3f} | {x['mae_prior']:.3f} | {x['mae'] / x['mae_prior']:.2f} | "
+                + " | ".join(f"{dims.get(d, float('nan')):.3f}" for d in BELIEF_DIMS) + " |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    paths = (argv if argv is not None else sys.argv[1:])
+    if not paths:
+        print("usage: python -m rhythm.eval.tables RESULTS.json [...]", file=sys.stderr)
+        sys.exit(2)
+    try:
+        results = [load(p) for p in paths]
+    except RhythmError as err:
+        print(f"rhythm: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(score_table(results))
+    print()
+    print(belief_table(results))
+
+
+if __name__ == "__main__":
+    main()

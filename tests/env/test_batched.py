@@ -1,0 +1,83 @@
+"""The batched env steps N episodes exactly as N scalar envs would, and its state can be branched."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rhythm.agents import make_agent
+from rhythm.agents.base import EpisodeSpec
+from rhythm.env import ACTIONS, CONDITIONS, EPISODE_STEPS, BatchedRhythmEnv, RhythmEnv
+from rhythm.episodes import play
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    condition=st.sampled_from(CONDITIONS),
+    split=st.sampled_from(["train", "eval"]),
+    seeds=st.lists(st.integers(0, 2**40), min_size=1, max_size=6, unique=True),
+    data=st.data(),
+)
+def test_batched_equals_scalar_bit_for_bit(condition, split, seeds, data) -> None:
+    actions = data.draw(
+        st.lists(st.lists(st.integers(0, len(ACTIONS) - 1), min_size=len(seeds), max_size=len(seeds)),
+                 min_size=EPISODE_STEPS, max_size=EPISODE_STEPS)
+    )
+    batch = BatchedRhythmEnv(condition, split, len(seeds))
+    bobs, _ = batch.reset(seed=seeds)
+    scalars = [RhythmEnv(condition, split) for _ in seeds]
+    sobs = [env.reset(seed=s)[0] for env, s in zip(scalars, seeds)]
+    assert np.array_equal(bobs, np.stack(sobs))
+    for t in range(EPISODE_STEPS):
+        bobs, brew, bterm, _, binfo = batch.step(np.array(actions[t]))
+        for i, env in enumerate(scalars):
+            obs, rew, term, _, info = env.step(actions[t][i])
+            assert np.array_equal(obs, bobs[i])
+            assert rew == brew[i]
+            assert term == bterm[i]
+            assert info["meters"] == binfo["meters"][i].tolist()
+            assert info["anomaly"] == binfo["anomaly"][i].tolist()
+    assert np.array_equal(batch.belief_targets, np.stack([e.belief_target for e in scalars]))
+
+
+def test_runner_prompts_equal_scalar_env_text() -> None:
+    recs = play(make_agent("heuristic"), [EpisodeSpec("ood", "eval", 5)])
+    env = RhythmEnv("ood", "eval")
+    env.reset(seed=5)
+    for step in recs[0].steps:
+        assert step.observation == env.text
+        env.step(ACTIONS.index(step.action))
+
+
+def test_snapshot_restore_gives_identical_continuations() -> None:
+    env = BatchedRhythmEnv("in-dist", "train", 8)
+    env.reset(seed=100)
+    for t in range(5):
+        env.step(np.full(8, t % 10))
+    snap = env.snapshot()
+    plan = [np.arange(8) % 10, np.full(8, 9), np.full(8, 4)]
+    first = [env.step_raw(a).meters.copy() for a in plan]
+    env.restore(snap)
+    second = [env.step_raw(a).meters.copy() for a in plan]
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    env.restore(snap)
+    other = env.step_raw(np.full(8, 9)).meters
+    assert not np.array_equal(other, first[0])
+
+
+def test_batched_refuses_wrong_shapes_and_finished_episodes() -> None:
+    import pytest
+
+    env = BatchedRhythmEnv("in-dist", "eval", 3)
+    with pytest.raises(ValueError):
+        env.reset(seed=[1, 2])
+    env.reset(seed=0)
+    with pytest.raises(ValueError):
+        env.step(np.array([0, 1]))
+    with pytest.raises(ValueError):
+        env.step(np.array([0, 1, 10]))
+    for _ in range(EPISODE_STEPS):
+        env.step(np.zeros(3, dtype=int))
+    with pytest.raises(RuntimeError):
+        env.step(np.zeros(3, dtype=int))

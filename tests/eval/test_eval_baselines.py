@@ -1,0 +1,47 @@
+"""rhythm eval on the baselines: schema, byte-identical reruns, and the ordering the benchmark promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from rhythm.eval.evaluate import EvalConfig, evaluate
+
+CONDITION_KEYS = {
+    "episodes", "final_score", "final_score_v2", "behaviour_score", "belief_mae", "belief_mae_prior",
+    "win_rate_vs", "parse_failure_rate", "action_counts", "normalized_score", "references", "seeds", "split",
+}
+
+
+def test_eval_is_byte_identical_across_runs_and_has_the_schema(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "eval_results_v2.json"
+    runs = []
+    for _ in range(2):
+        code, _, err = run_cli("eval", "--agent", "random", "--condition", "all", "--episodes", "6", "--output", str(out), "-q")
+        assert code == 0, err
+        runs.append(out.read_bytes())
+    assert runs[0] == runs[1]
+    res = orjson.loads(runs[0])
+    assert res["agent"] == "random" and res["grader"] == "v3" and res["config"]["episodes"] == 6
+    assert set(res["conditions"]) == {"in-dist", "ood", "discrete"}
+    for cond in res["conditions"].values():
+        assert CONDITION_KEYS <= set(cond)
+        assert cond["split"] == "eval" and cond["episodes"] == 6
+        lo, hi = cond["final_score"]["ci95"]
+        assert lo <= cond["final_score"]["mean"] <= hi
+        assert set(cond["win_rate_vs"]) == {"random", "heuristic"} and cond["win_rate_vs"]["random"] == 0.5
+        assert cond["belief_mae"]["mean"] is None and cond["parse_failure_rate"] == 0.0
+        assert sum(cond["action_counts"].values()) == 6 * 28
+        assert cond["normalized_score"] is not None
+    episodes = out.with_name("eval_results_v2.episodes.jsonl").read_bytes().splitlines()
+    assert len(episodes) == 18 and all(orjson.loads(e)["split"] == "eval" for e in episodes)
+
+
+def test_heuristic_beats_random_on_every_condition_at_default_sizes() -> None:
+    res = evaluate(EvalConfig(agent="heuristic", references=["random"]))
+    for name, cond in res["conditions"].items():
+        assert cond["episodes"] == {"in-dist": 100, "ood": 50, "discrete": 15}[name]
+        assert cond["final_score"]["mean"] > cond["references"]["random"]["final_score"]
+        assert cond["final_score_v2"]["mean"] > cond["references"]["random"]["final_score_v2"]
+        assert cond["win_rate_vs"]["random"] > 0.8

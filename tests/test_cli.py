@@ -1,0 +1,55 @@
+"""The CLI: bad input gets one line on stderr and exit code 2; help is instant."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["generate", "--seeds", "5-x", "--output", "-"], "malformed seed range"),
+        (["eval", "--seeds", "5-x"], "malformed seed range"),
+        (["eval", "--condition", "sideways"], "unknown condition"),
+        (["generate", "--condition", "sideways", "--output", "-"], "unknown condition"),
+        (["eval", "--agent", "wizard"], "unknown agent"),
+        (["generate", "--teacher", "wizard", "--output", "-"], "unknown agent"),
+        (["eval", "--set", "episodez=3"], "did you mean 'episodes'"),
+        (["eval", "--config", "missing.yaml"], "config file not found"),
+        (["reeval", "--jsonl", "missing.jsonl"], "file not found"),
+        (["eval", "--no-such-flag"], "No such option"),
+        (["eval", "--episodes", "many"], "--episodes"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle) -> None:
+    code, out, err = run_cli(*args)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("rhythm: error:") and needle in lines[0]
+
+
+def test_broken_jsonl_line_names_file_and_line(run_cli, tmp_path: Path) -> None:
+    bad = tmp_path / "episodes.jsonl"
+    bad.write_text('{"schema": 1}\n')
+    code, _, err = run_cli("reeval", "--jsonl", str(bad))
+    assert code == 2 and f"{bad}:1: episode record lacks" in err
+
+
+def test_help_does_not_import_torch() -> None:
+    code = "import sys, rhythm.cli.main as m; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_every_command_has_help(run_cli) -> None:
+    code, out, _ = run_cli("--help")
+    assert code == 0
+    for cmd in ("generate", "reeval", "eval"):
+        assert cmd in out
+        c, o, _ = run_cli(cmd, "--help")
+        assert c == 0 and "--config" in o

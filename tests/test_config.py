@@ -1,0 +1,75 @@
+"""load_config: defaults, then YAML, then CLI; strict about keys and types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rhythm.config import config_hash, load_config, parse_overrides, write_config
+from rhythm.errors import RhythmError
+
+
+@dataclass(frozen=True)
+class Inner:
+    horizon: int = 8
+    samples: int = 16
+
+
+@dataclass(frozen=True)
+class Outer:
+    learning_rate: float = 1e-4
+    name: str = "x"
+    tags: list[str] = field(default_factory=list)
+    limit: int | None = None
+    inner: Inner = field(default_factory=Inner)
+
+
+def test_layers_defaults_yaml_then_cli(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 3.0e-4\nname: from-yaml\ninner:\n  horizon: 4\n")
+    cfg = load_config(Outer, path, ["name=from-cli", "inner.samples=2", "tags=[a, b]"])
+    assert cfg == Outer(3e-4, "from-cli", ["a", "b"], None, Inner(4, 2))
+    assert load_config(Outer, path, {"name": None}).name == "from-yaml"  # None = not given
+
+
+def test_unknown_key_names_the_nearest(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("lerning_rate: 1\n")
+    with pytest.raises(RhythmError, match=r"unknown key 'lerning_rate'.*did you mean 'learning_rate'"):
+        load_config(Outer, path)
+    with pytest.raises(RhythmError, match="did you mean 'horizon'"):
+        load_config(Outer, None, ["inner.horizn=3"])
+
+
+def test_wrong_types_and_bad_files_fail_loudly(tmp_path: Path) -> None:
+    with pytest.raises(RhythmError, match="learning_rate"):
+        load_config(Outer, None, ["learning_rate=fast"])
+    with pytest.raises(RhythmError, match="not found"):
+        load_config(Outer, tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n")
+    with pytest.raises(RhythmError, match=r"bad.yaml:\d+: invalid YAML"):
+        load_config(Outer, bad)
+    with pytest.raises(RhythmError, match="key=value"):
+        parse_overrides(["novalue"])
+
+
+def test_hash_is_stable_and_config_is_written(tmp_path: Path) -> None:
+    a, b = Outer(), Outer()
+    assert config_hash(a) == config_hash(b) and config_hash(a) != config_hash(Outer(name="y"))
+    changed = Outer(name="y", inner=Inner(horizon=2))
+    out = write_config(changed, tmp_path / "cfg.yaml", {"versions": {"x": "1"}})
+    assert "_provenance" in out.read_text()
+    assert load_config(Outer, out) == changed  # a written config reruns as-is
+
+
+def test_shipped_configs_load(tmp_path: Path) -> None:
+    from rhythm.eval.evaluate import EvalConfig
+    from rhythm.teacher.generate import GenerateConfig
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for name, cls in (("eval.yaml", EvalConfig), ("generate.yaml", GenerateConfig)):
+        if (root / name).exists():
+            load_config(cls, root / name)

@@ -1,0 +1,80 @@
+"""generate -> reeval: whole lines, resume after a kill, pipes, tamper detection."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from rhythm.teacher.generate import GenerateConfig, generate
+
+RHYTHM = [sys.executable, "-m", "rhythm.cli.main"]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_generate_writes_records_and_config(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    summary = generate(GenerateConfig(seeds="0-3", output=str(out)))
+    recs = _lines(out)
+    assert summary.episodes == 4 and [r["seed"] for r in recs] == [0, 1, 2, 3]
+    for r in recs:
+        assert r["split"] == "train" and r["agent"] == "bayes" and r["env_version"] == "rhythm-v1"
+        assert len(r["steps"]) == 28 and set(r["score"]) >= {"final_score", "final_score_v2", "behaviour_score", "belief_mae", "crashes"}
+        assert set(r["usage"]) >= {"seconds"} and r["config_hash"]
+        assert set(r["steps"][0]) == {"t", "day", "slot", "observation", "response", "belief", "action", "parse_ok", "reward", "meters"}
+    sidecar = Path(str(out) + ".config.yaml").read_text()
+    assert "teacher: bayes" in sidecar and "versions" in sidecar
+
+
+def test_killed_run_resumes_without_duplicates_or_torn_lines(tmp_path: Path) -> None:
+    out = tmp_path / "big.jsonl"
+    cmd = [*RHYTHM, "generate", "--seeds", "0-59", "--output", str(out), "--quiet", "--set", "chunk=2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 6):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written = out.read_bytes().count(b"\n")
+    assert 6 <= written < 60
+    with out.open("ab") as fh:  # as if the kill had landed mid-line
+        fh.write(b'{"schema": 1, "seed": 9')
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"{written} already there" in done.stderr and "cut a torn last line" in done.stderr
+    seeds = [r["seed"] for r in _lines(out)]
+    assert sorted(seeds) == list(range(60))
+
+
+def test_generate_pipes_into_reeval(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    shell = f"{' '.join(RHYTHM)} generate --seeds 0-4 --output - --quiet | {' '.join(RHYTHM)} reeval --jsonl - --output {summary} --strict"
+    res = subprocess.run(shell, shell=True, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    data = orjson.loads(summary.read_bytes())
+    assert data["episodes"] == 5 and data["flagged"] == []
+    group = data["groups"][0]
+    assert group["agent"] == "bayes" and set(group["baselines"]) == {"random", "heuristic"}
+    assert group["final_score"]["mean"] > group["baselines"]["heuristic"]["final_score"]["mean"]
+
+
+def test_reeval_flags_a_tampered_record(tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-2", output=str(out)))
+    recs = _lines(out)
+    recs[1]["steps"][10]["meters"][2] += 0.05  # someone "improved" progress
+    recs[2]["score"]["final_score"] = 0.99
+    out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    code, _, err = run_cli("reeval", "--jsonl", str(out), "--strict")
+    assert code == 1
+    assert f"{out}:2" in err and "step 10: stored meters do not replay" in err
+    assert f"{out}:3" in err and "score.final_score" in err
+    assert f"{out}:1" not in err

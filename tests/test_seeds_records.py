@@ -1,0 +1,68 @@
+"""Seed ranges from the command line, and crash-safe JSONL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rhythm.errors import RhythmError
+from rhythm.records import JsonlWriter, done_keys, iter_jsonl, read_episodes, repair_torn_tail
+from rhythm.seeds import format_seeds, parse_seeds
+
+
+@pytest.mark.parametrize(
+    "spec, seeds",
+    [("0-4", [0, 1, 2, 3, 4]), ("0,5,9", [0, 5, 9]), ("10000-10002", [10000, 10001, 10002]), (" 3 , 1-2 ,3", [3, 1, 2]), ("7", [7])],
+)
+def test_parse_seeds(spec: str, seeds: list[int]) -> None:
+    assert parse_seeds(spec) == seeds
+
+
+@pytest.mark.parametrize("spec", ["5-x", "", "1--2", "a", "3-1", "-1", "1,,2", "0-99999999"])
+def test_malformed_seed_specs_are_refused(spec: str) -> None:
+    with pytest.raises(RhythmError):
+        parse_seeds(spec)
+
+
+@given(st.sets(st.integers(0, 10**6), min_size=1, max_size=40))
+def test_format_then_parse_round_trips(seeds: set[int]) -> None:
+    assert parse_seeds(format_seeds(sorted(seeds))) == sorted(seeds)
+
+
+def _rec(seed: int) -> dict:
+    return {"schema": 1, "env_version": "rhythm-v1", "condition": "in-dist", "split": "train", "seed": seed,
+            "agent": "x", "steps": [{"t": 0, "action": "NAP", "response": "ACTION: NAP", "observation": "o"}], "score": {}}
+
+
+def test_writer_emits_whole_lines_and_resume_repairs_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    with JsonlWriter(path) as w:
+        for s in range(3):
+            w.write(_rec(s))
+    with path.open("ab") as fh:
+        fh.write(orjson.dumps(_rec(3))[:25])  # a writer killed mid-line
+    assert done_keys(path) == {("in-dist", "train", s) for s in range(3)}
+    with pytest.raises(RhythmError, match="exists"):
+        JsonlWriter(path)
+    with JsonlWriter(path, resume=True) as w:
+        assert w.repaired == 25
+        w.write(_rec(3))
+    lines = path.read_bytes().splitlines()
+    assert [orjson.loads(x)["seed"] for x in lines] == [0, 1, 2, 3]
+    assert repair_torn_tail(path) == 0
+
+
+def test_bad_lines_are_reported_with_path_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(orjson.dumps(_rec(0)) + b"\n{not json\n")
+    with pytest.raises(RhythmError, match=r"bad.jsonl:2: not valid JSON"):
+        list(iter_jsonl(path))
+    path.write_bytes(orjson.dumps(_rec(0)) + b"\n" + orjson.dumps({"seed": 1}) + b"\n")
+    with pytest.raises(RhythmError, match=r"bad.jsonl:2: episode record lacks"):
+        list(read_episodes(path))
+    with pytest.raises(RhythmError, match="not found"):
+        list(iter_jsonl(tmp_path / "nope.jsonl"))
