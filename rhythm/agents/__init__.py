@@ -62,6 +62,27 @@ def _planner(arg: str, options: Any) -> Agent:
     return PlannerAgent(options)
 
 
+@register("openai")
+def _openai(arg: str, options: Any) -> Agent:
+    from rhythm.teacher.llm_agent import LLMAgent
+
+    return LLMAgent("openai", arg, options)
+
+
+@register("azure")
+def _azure(arg: str, options: Any) -> Agent:
+    from rhythm.teacher.llm_agent import LLMAgent
+
+    return LLMAgent("azure", arg, options)
+
+
+@register("model")
+def _model(arg: str, options: Any) -> Agent:
+    from rhythm.eval.model_agent import ModelAgent
+
+    return ModelAgent(arg, options)
+
+
 def agent_kinds() -> list[str]:
     return sorted(_REGISTRY)
 

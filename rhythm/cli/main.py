@@ -19,6 +19,8 @@ except ImportError:  # pragma: no cover - older typer on real click
 from rhythm.cli.eval import eval_command
 from rhythm.cli.generate import generate_command
 from rhythm.cli.reeval import reeval_command
+from rhythm.cli.sft import sft_command
+from rhythm.cli.upload import upload_command
 from rhythm.errors import RhythmError
 
 app = typer.Typer(
@@ -39,6 +41,8 @@ def _root() -> None:
 app.command("generate")(generate_command)
 app.command("reeval")(reeval_command)
 app.command("eval")(eval_command)
+app.command("sft")(sft_command)
+app.command("upload")(upload_command)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = command.main(args=argv, prog_name="rhythm", standalone_mode=False)
         if isinstance(code, int) and code != 0:  # typer.Exit(n) comes back as a return value here
+            if code == 130:  # typer turns Ctrl-C into Exit(130)
+                print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
             sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

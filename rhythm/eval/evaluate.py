@@ -32,6 +32,7 @@ from rhythm.provenance import versions
 from rhythm.records import EpisodeRecord, JsonlWriter
 from rhythm.seeds import format_seeds, parse_seeds
 from rhythm.teacher.agents import TeacherConfig
+from rhythm.teacher.llm_client import LLMConfig
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
 """Eval sizes: 100 in-dist, 50 ood, 5 per discrete profile."""
@@ -57,7 +58,9 @@ class ModelOptions:
     base_model: str | None = None
     """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
     seed: int = 0
-    """Sampling seed (only used with do_sample)."""
+    """Sampling seed (only used with do_sample); each step's generate is seeded from it and the episodes."""
+    prefix_cache: bool = True
+    """Compute the system prompt's key/value cache once and share it across every prompt and step."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class EvalConfig:
     """Settings of bayes / oracle / planner (as agent or reference)."""
     model: ModelOptions = field(default_factory=ModelOptions)
     """Settings of model:PATH agents."""
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    """Settings of openai:MODEL and azure:DEPLOYMENT agents (endpoint, retries, concurrency, prices)."""
 
 
 def conditions_of(name: str) -> list[str]:
@@ -113,6 +118,8 @@ def validate(cfg: EvalConfig) -> None:
 
 def agent_options(cfg: EvalConfig, spec: str) -> Any:
     kind = spec.partition(":")[0]
+    if kind in ("openai", "azure"):
+        return cfg.llm
     return cfg.model if kind == "model" else cfg.teacher
 
 

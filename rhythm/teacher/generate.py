@@ -4,7 +4,8 @@ CPU-bound teachers (bayes, oracle, planner and the baselines) play chunks of epi
 spread over ``concurrency`` worker processes. Every finished episode is written as one whole line and
 flushed; ``--resume`` skips seeds already in the file and cuts off a torn last line first. The
 effective config and versions go to ``<output>.config.yaml`` beside the data, and each record carries
-the config's hash.
+the config's hash. Chat-model teachers (``--teacher openai`` / ``azure``) run as async requests in one
+process: see :mod:`rhythm.teacher.llm_generate`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter, done_keys, dumps
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.agents import TeacherConfig
+from rhythm.teacher.llm_client import LLMConfig
 
 CPU_TEACHERS = ("bayes", "oracle", "planner", "heuristic", "random")
 
@@ -48,13 +50,15 @@ class GenerateConfig:
     output: str = "data/teacher_30ep.jsonl"
     """JSONL file, or - for stdout."""
     concurrency: int = 1
-    """Worker processes for CPU teachers; episodes in flight for API teachers."""
+    """Worker processes for CPU teachers; episodes in flight for openai / azure teachers."""
     chunk: int = 16
     """Episodes a CPU worker plays in lockstep per task (numpy batches them)."""
     resume: bool = False
     """Skip seeds already in the output and repair a torn last line."""
     teacher_options: TeacherConfig = field(default_factory=TeacherConfig)
     """Particle filter and planner settings of bayes / oracle / planner."""
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    """Endpoint, model, retries, request fields, prices and budget of openai / azure teachers."""
 
 
 @dataclass
@@ -67,6 +71,10 @@ class GenerateSummary:
     mean_final_score: float | None = None
     seconds: float = 0.0
     output: str = ""
+    failed: int = 0
+    """Episodes that could not finish (API teachers); they are not in the output."""
+    stopped: str | None = None
+    """Why the run stopped before playing every seed (API teachers: budget, endpoint down)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -80,7 +88,12 @@ def validate(cfg: GenerateConfig) -> list[int]:
         raise RhythmError("--concurrency and chunk must be >= 1")
     if cfg.output == "-" and cfg.resume:
         raise RhythmError("--resume needs a file --output, not stdout")
-    check_agent_spec(cfg.teacher)
+    if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
+        from rhythm.teacher.llm_generate import target_of
+
+        target_of(cfg)  # model, endpoint, key and budget settings, before anything is written
+    else:
+        check_agent_spec(cfg.teacher)
     return parse_seeds(cfg.seeds)
 
 
@@ -103,7 +116,7 @@ def generate(
 ) -> GenerateSummary:
     """Play the teacher on every requested seed not yet in the output; write whole lines as they finish."""
     seeds = validate(cfg)
-    if cfg.teacher.partition(":")[0] in ("openai", "azure"):
+    if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
         from rhythm.teacher.llm_generate import generate_llm  # API teachers: async, in one process
 
         return generate_llm(cfg, seeds, progress=progress, on_total=on_total)

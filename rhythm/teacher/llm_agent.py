@@ -1,0 +1,113 @@
+"""Chat models as agents: ``rhythm eval --agent openai:MODEL`` (any OpenAI-compatible endpoint) or
+``--agent azure:DEPLOYMENT``, configured by the eval config's ``llm`` section (``--set
+llm.base_url=...``, ``--set llm.endpoint=...``).
+
+The agent plays the same protocol as the LLM teacher (:func:`rhythm.teacher.llm_client.ask`: one
+request per step, one re-ask on a reply without a valid action, then the fallback) through the same
+client. At each step the requests of every live episode go out together, at most
+``llm.concurrency`` at a time, on an event loop the agent owns in a background thread (so ``act`` is a
+plain call, from any thread). Each decision carries its usage; the batch runner sums it per episode.
+
+An evaluation must not score a silently shortened run, so a request that fails for good, or the
+budget ``llm.max_cost_usd`` being reached, stops the evaluation with one clear line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
+from rhythm.errors import RhythmError
+from rhythm.teacher.llm_client import (
+    BudgetReached,
+    ChatClient,
+    CostMeter,
+    EpisodeAPIError,
+    LLMConfig,
+    RequestStats,
+    StepReply,
+    ask,
+    resolve_target,
+)
+
+T = TypeVar("T")
+
+
+class LLMAgent:
+    """Answers every live episode's observation with one chat request (plus a re-ask when needed)."""
+
+    def __init__(self, provider: str, arg: str, options: Any = None, *, credential: Any = None) -> None:
+        self.options = options if isinstance(options, LLMConfig) else LLMConfig()
+        self.target = resolve_target(provider, arg, self.options)
+        self.name = provider
+        self.credential = credential
+        self.meter = CostMeter(self.target.name, self.options.prices, self.options.max_cost_usd)
+        self.stats = RequestStats()
+        self._client: ChatClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def reset(self, episodes: list[EpisodeSpec]) -> None:
+        self.episodes = list(episodes)
+
+    def act(self, obs: BatchObservation) -> list[Decision]:
+        replies = self._run(self._ask_all(obs.prompts))
+        decisions = []
+        for r in replies:
+            usage: dict[str, float] = {
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "requests": r.requests,
+                "reasks": int(r.reasked),
+                "retries": r.retries,
+            }
+            if r.cost_usd is not None:
+                usage["cost_usd"] = r.cost_usd
+            decisions.append(Decision(r.parsed.action, r.parsed.belief, r.text, r.parsed.ok, usage))
+        return decisions
+
+    async def _ask_all(self, prompts: list[str]) -> list[StepReply]:
+        if self._client is None:  # built on the agent's own loop, which every later call uses too
+            self._client = ChatClient(self.target, self.options, credential=self.credential, meter=self.meter, stats=self.stats)
+        client = self._client
+        gate = asyncio.Semaphore(self.options.concurrency)
+
+        async def one(prompt: str) -> StepReply:
+            async with gate:
+                return await ask(client, prompt)
+
+        tasks = [asyncio.ensure_future(one(p)) for p in prompts]
+        label = f"{self.name}:{self.target.name}"
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BudgetReached as reached:
+            raise RhythmError(f"{label}: {reached}; raise llm.max_cost_usd to evaluate further") from None
+        except EpisodeAPIError as err:
+            raise RhythmError(f"{label}: a request failed for good, so the evaluation stops: {err.reason}") from None
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="rhythm-llm-agent", daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        """Close the client and stop the agent's event loop (also fine if it never started)."""
+        if self._loop is None:
+            return
+        if self._client is not None:
+            self._run(self._client.aclose())
+            self._client = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._loop.close()
+        self._loop = None

@@ -1,0 +1,532 @@
+"""The one small interface through which rhythm talks to chat models: any OpenAI-compatible endpoint
+(OpenAI, vLLM, Ollama, ...) or Azure OpenAI, with the client's own retries, token and cost accounting,
+a spending cap, and secrets kept out of everything written.
+
+Used by ``rhythm generate --teacher openai|azure`` (:mod:`rhythm.teacher.llm_generate`) and by the
+``openai:MODEL`` / ``azure:DEPLOYMENT`` agents of ``rhythm eval`` (:mod:`rhythm.teacher.llm_agent`).
+
+- OpenAI-compatible: ``AsyncOpenAI(base_url=...)``; the key comes from ``OPENAI_API_KEY`` (a server
+  given by ``base_url`` may need none).
+- Azure OpenAI: ``AsyncAzureOpenAI(azure_endpoint=..., azure_deployment=..., api_version=...)``; the key
+  comes from ``AZURE_OPENAI_API_KEY``; without one, Microsoft Entra ID through azure-identity's
+  ``DefaultAzureCredential`` and ``get_bearer_token_provider`` (any credential object can be passed in).
+- Retries are the client's own (``max_retries``, ``timeout_s``): connection errors, timeouts, 408, 409,
+  429 (honouring ``Retry-After``) and 5xx. Attempts, retries, 429s and 5xx are counted from httpx event
+  hooks, so the summary reports what the server actually saw.
+- Keys and tokens come from the environment only: they are never config fields, and every error
+  message that leaves this module goes through :meth:`Redactor.redact`.
+- Request fields that are not configured are left out of the request, never sent as null.
+
+The ``openai`` and ``azure.identity`` packages are imported only when a client is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from rhythm.errors import RhythmError
+from rhythm.protocol import FORMAT_REMINDER, ParsedReply, chat_messages, parse_reply
+
+PROVIDERS = ("openai", "azure")
+KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
+ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+AUTH_MODES = ("auto", "key", "entra")
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per 1M tokens of one model."""
+
+    input: float = 0.0
+    """Per 1M prompt tokens."""
+    output: float = 0.0
+    """Per 1M completion tokens (reasoning tokens included, as the API counts them)."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Settings of chat-model teachers and agents (``--teacher openai|azure``, ``--agent openai:M``)."""
+
+    model: str | None = None
+    """openai: the model name (``--model``, or ``--teacher openai:NAME``)."""
+    base_url: str | None = None
+    """openai: an OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vLLM); default api.openai.com."""
+    endpoint: str | None = None
+    """azure: the resource endpoint, e.g. https://RESOURCE.openai.azure.com."""
+    deployment: str | None = None
+    """azure: the deployment name (``--deployment``, or ``--teacher azure:NAME``)."""
+    api_version: str = "2025-04-01-preview"
+    """azure: the api-version query parameter; use one your resource supports."""
+    auth: str = "auto"
+    """azure: auto (AZURE_OPENAI_API_KEY if set, else Entra ID) | key | entra."""
+    max_retries: int = 5
+    """Client retries per request: connection errors, timeouts, 408/409/429 (Retry-After honoured), 5xx."""
+    timeout_s: float = 600.0
+    """Seconds one attempt may take before it is abandoned and retried (reasoning replies can take
+    minutes; a server may still bill an abandoned attempt)."""
+    temperature: float | None = None
+    """Sampling temperature; null: the server's default (reasoning models accept no other)."""
+    max_tokens: int | None = None
+    """Reply cap for older servers that only know max_tokens; null: not sent."""
+    max_completion_tokens: int | None = None
+    """Reply cap, reasoning included (reasoning models); null: not sent."""
+    reasoning_effort: str | None = None
+    """none | minimal | low | medium | high | xhigh (reasoning models); null: not sent."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Extra JSON fields for the request body (server-specific, e.g. vLLM's top_k); empty: none."""
+    prices: dict[str, Price] = field(default_factory=dict)
+    """USD per 1M tokens, by model name (azure: by deployment name): {name: {input: X, output: Y}}."""
+    max_cost_usd: float | None = None
+    """Stop sending requests once this much has been spent (needs a price for the model)."""
+    concurrency: int = 8
+    """rhythm eval: requests in flight per step. (rhythm generate uses its own --concurrency.)"""
+    max_consecutive_failures: int = 10
+    """rhythm generate: stop after this many episodes in a row failed (the endpoint looks down)."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration checks
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where requests go: provider, the model (openai) or deployment (azure), and the base URL."""
+
+    provider: str
+    name: str
+    url: str
+
+
+def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
+    """Check the settings a provider needs before anything is sent; ``arg`` is from ``openai:NAME``."""
+    if provider not in PROVIDERS:
+        raise RhythmError(f"unknown LLM provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
+    given = llm.model if provider == "openai" else (llm.deployment or llm.model)
+    flag = "--model" if provider == "openai" else "--deployment"
+    if arg and given and arg != given:
+        raise RhythmError(f"{provider}:{arg} disagrees with {flag} {given}; give the name once")
+    name = arg or given
+    if not name:
+        raise RhythmError(f"--teacher {provider} needs {flag} NAME (or {provider}:NAME, or llm.{flag[2:]} in the config)")
+    if llm.max_retries < 0 or llm.timeout_s <= 0 or llm.concurrency < 1 or llm.max_consecutive_failures < 1:
+        raise RhythmError("llm.max_retries must be >= 0, llm.timeout_s > 0, llm.concurrency and llm.max_consecutive_failures >= 1")
+    if llm.reasoning_effort is not None and llm.reasoning_effort not in REASONING_EFFORTS:
+        raise RhythmError(f"unknown reasoning_effort {llm.reasoning_effort!r}; expected one of {', '.join(REASONING_EFFORTS)}")
+    if llm.max_cost_usd is not None:
+        if llm.max_cost_usd <= 0:
+            raise RhythmError(f"--max-cost-usd must be > 0, got {llm.max_cost_usd}")
+        if name not in llm.prices:
+            raise RhythmError(
+                f"--max-cost-usd needs a price for {name!r}: add llm.prices.{name} (input and output USD per 1M tokens) to the config"
+            )
+    if provider == "openai":
+        url = llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        if not (llm.base_url or os.environ.get("OPENAI_BASE_URL")) and not os.environ.get(KEY_ENV["openai"]):
+            raise RhythmError("OPENAI_API_KEY is not set; export it, or give --base-url (llm.base_url) for a server that needs no key")
+        return Target(provider, name, redact_url(url))
+    if not llm.endpoint:
+        raise RhythmError("azure needs --endpoint URL (llm.endpoint), e.g. https://RESOURCE.openai.azure.com")
+    if not llm.api_version:
+        raise RhythmError("azure needs --api-version (llm.api_version), e.g. 2025-04-01-preview")
+    if llm.auth not in AUTH_MODES:
+        raise RhythmError(f"unknown llm.auth {llm.auth!r}; expected one of {', '.join(AUTH_MODES)}")
+    if llm.auth == "key" and not os.environ.get(KEY_ENV["azure"]):
+        raise RhythmError("llm.auth is key but AZURE_OPENAI_API_KEY is not set")
+    return Target(provider, name, redact_url(llm.endpoint))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Secrets
+
+
+_SECRET_PARAMS = re.compile(r"key|token|secret|sig|password|auth", re.IGNORECASE)
+_SECRET_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.=+/]{8,}"),
+    re.compile(r"(?i)(api[-_]?key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9_\-\.]{8,}"),
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without a password and with secret-looking query values masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        query = urlencode([(k, "***" if _SECRET_PARAMS.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class Redactor:
+    """Removes known secrets (keys, tokens) and anything shaped like one from text."""
+
+    def __init__(self) -> None:
+        self._secrets: set[str] = set()
+
+    def add(self, secret: str | None) -> None:
+        if secret and len(secret) >= 4:
+            self._secrets.add(secret)
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        for pattern in _SECRET_PATTERNS:
+            text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
+        return text
+
+
+# ---------------------------------------------------------------------------------------------------
+# Counters and money
+
+
+@dataclass
+class RequestStats:
+    """What went over the wire, counted by httpx event hooks (every attempt, retries included)."""
+
+    attempts: int = 0
+    retries: int = 0
+    responses: int = 0
+    rate_limited: int = 0
+    server_errors: int = 0
+    missing_usage: int = 0
+
+    @property
+    def no_response(self) -> int:
+        """Attempts that got no HTTP response: timeouts and connection errors."""
+        return self.attempts - self.responses
+
+    async def on_request(self, request: Any) -> None:
+        self.attempts += 1
+        try:
+            if int(request.headers.get("x-stainless-retry-count", "0")) > 0:
+                self.retries += 1
+        except ValueError:
+            pass
+
+    async def on_response(self, response: Any) -> None:
+        self.responses += 1
+        if response.status_code == 429:
+            self.rate_limited += 1
+        elif response.status_code >= 500:
+            self.server_errors += 1
+
+
+class BudgetReached(Exception):
+    """Raised instead of sending a request once ``max_cost_usd`` has been spent."""
+
+
+class CostMeter:
+    """Prices token usage and enforces the spending cap across every request of a run."""
+
+    def __init__(self, name: str, prices: dict[str, Price], max_cost_usd: float | None) -> None:
+        price = prices.get(name)
+        self.price = Price(**price) if isinstance(price, dict) else price
+        self.max_cost_usd = max_cost_usd
+        self.spent = 0.0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        if self.price is None:
+            return None
+        return (prompt_tokens * self.price.input + completion_tokens * self.price.output) / 1e6
+
+    def add(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        cost = self.cost(prompt_tokens, completion_tokens)
+        if cost is not None:
+            self.spent += cost
+        return cost
+
+    @property
+    def exhausted(self) -> bool:
+        return self.max_cost_usd is not None and self.spent >= self.max_cost_usd
+
+    def check(self) -> None:
+        if self.exhausted:
+            raise BudgetReached(f"spent ${self.spent:.4f} of the ${self.max_cost_usd:.4f} budget")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Errors
+
+
+class FatalAPIError(RhythmError):
+    """An error every further request would repeat (wrong key, unknown model, rejected parameters)."""
+
+
+class EpisodeAPIError(Exception):
+    """A request that failed for good (retries exhausted, or a per-request refusal): that episode fails."""
+
+    def __init__(self, reason: str, kind: str, status: int | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+        self.status = status
+
+
+def _api_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(body.get("message"), str):
+            return body["message"]
+    return str(getattr(exc, "message", None) or exc)
+
+
+def _api_code(exc: Any) -> str:
+    code = getattr(exc, "code", None)
+    if code is None and isinstance(getattr(exc, "body", None), dict):
+        inner = exc.body.get("error", exc.body)
+        code = inner.get("code") if isinstance(inner, dict) else None
+    return str(code or "")
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------------
+# The client
+
+
+@dataclass
+class Completion:
+    """One reply of the endpoint, with its accounting."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    retries: int
+    finish_reason: str | None = None
+
+
+class ChatClient:
+    """An async chat endpoint: ``await complete(messages)``; ``await aclose()`` when done.
+
+    Build it inside the event loop that will use it. ``credential`` (azure, Entra ID) is any object
+    with ``get_token(*scopes)`` returning an ``AccessToken``; default ``DefaultAzureCredential()``.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        llm: LLMConfig,
+        *,
+        credential: Any = None,
+        meter: CostMeter | None = None,
+        stats: RequestStats | None = None,
+    ) -> None:
+        import openai
+
+        self.target = target
+        self.llm = llm
+        self.meter = meter or CostMeter(target.name, llm.prices, llm.max_cost_usd)
+        self.stats = stats or RequestStats()
+        self.redactor = Redactor()
+        self.auth = "key"
+        http_client = openai.DefaultAsyncHttpxClient(
+            event_hooks={"request": [self.stats.on_request], "response": [self.stats.on_response]}
+        )
+        common: dict[str, Any] = {"max_retries": llm.max_retries, "timeout": llm.timeout_s, "http_client": http_client}
+        if target.provider == "openai":
+            key = os.environ.get(KEY_ENV["openai"])
+            self.redactor.add(key)
+            self.client = openai.AsyncOpenAI(api_key=key or "no-key", base_url=llm.base_url, **common)
+        else:
+            key = os.environ.get(KEY_ENV["azure"])
+            use_key = llm.auth == "key" or (llm.auth == "auto" and bool(key) and credential is None)
+            azure: dict[str, Any] = {
+                "azure_endpoint": llm.endpoint,
+                "azure_deployment": target.name,
+                "api_version": llm.api_version,
+            }
+            if use_key:
+                self.redactor.add(key)
+                azure["api_key"] = key
+            else:
+                self.auth = "entra"
+                azure["azure_ad_token_provider"] = self._entra_provider(credential)
+            self.client = openai.AsyncAzureOpenAI(**azure, **common)
+        self.request_fields = request_fields(llm)
+
+    def _entra_provider(self, credential: Any) -> Callable[[], Any]:
+        """An async token provider over a (sync) azure-identity credential; tokens are redacted."""
+        from azure.identity import get_bearer_token_provider
+
+        if credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential()
+        sync_provider = get_bearer_token_provider(credential, ENTRA_SCOPE)
+
+        async def provider() -> str:
+            token = await asyncio.to_thread(sync_provider)
+            self.redactor.add(token)
+            return token
+
+        return provider
+
+    async def complete(self, messages: list[dict[str, str]]) -> Completion:
+        """One chat completion; raises BudgetReached, FatalAPIError or EpisodeAPIError."""
+        self.meter.check()
+        try:
+            raw = await self.client.chat.completions.with_raw_response.create(
+                model=self.target.name, messages=messages, **self.request_fields
+            )
+            resp = raw.parse()
+        except Exception as exc:  # classified, redacted and re-raised
+            raise self._classify(exc) from None
+        choice = resp.choices[0] if resp.choices else None
+        message = choice.message if choice is not None else None
+        text = (message.content if message is not None else None) or ""
+        usage = resp.usage
+        if usage is None:
+            self.stats.missing_usage += 1
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = self.meter.add(prompt, completion)
+        return Completion(text, prompt, completion, cost, raw.retries_taken, getattr(choice, "finish_reason", None))
+
+    def _classify(self, exc: Exception) -> Exception:
+        import openai
+
+        where = f"{self.target.provider} endpoint {self.target.url}"
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            message = self.redactor.redact(_shorten(_api_message(exc)))
+            code = _api_code(exc)
+            if isinstance(exc, openai.AuthenticationError):
+                how = (
+                    "check the identity's access (role Cognitive Services OpenAI User)"
+                    if self.auth == "entra"
+                    else f"check {KEY_ENV[self.target.provider]}"
+                )
+                return FatalAPIError(f"{where} refused the credentials (401 Unauthorized): {how}. Server said: {message}")
+            if isinstance(exc, openai.PermissionDeniedError):
+                return FatalAPIError(f"{where} denied access (403 Forbidden): check the key's or identity's permissions. Server said: {message}")
+            if isinstance(exc, openai.NotFoundError):
+                what = "--deployment and --api-version" if self.target.provider == "azure" else "--model and --base-url"
+                return FatalAPIError(f"{where} has no {self.target.name!r} (404 Not Found): check {what}. Server said: {message}")
+            if status == 429 and code == "insufficient_quota":
+                return FatalAPIError(f"{where} says the quota is used up (429 insufficient_quota): check billing. Server said: {message}")
+            if status in (400, 422) and code != "content_filter":
+                return FatalAPIError(f"{where} rejected the request ({status}): check llm settings such as temperature, max_tokens, reasoning_effort. Server said: {message}")
+            retried = f" after {self.llm.max_retries} retries" if status in (408, 409, 429) or status >= 500 else ""
+            return EpisodeAPIError(f"HTTP {status}{retried}: {message}", type(exc).__name__, status)
+        if isinstance(exc, openai.APITimeoutError):
+            return EpisodeAPIError(f"timed out ({self.llm.timeout_s:g} s) after {self.llm.max_retries} retries", "APITimeoutError", None)
+        if isinstance(exc, openai.APIConnectionError):
+            cause = self.redactor.redact(_shorten(str(exc.__cause__ or exc)))
+            return EpisodeAPIError(f"cannot connect to {where} after {self.llm.max_retries} retries: {cause}", "APIConnectionError", None)
+        try:
+            from azure.core.exceptions import ClientAuthenticationError
+        except ImportError:  # pragma: no cover - azure-identity is a dependency
+            ClientAuthenticationError = ()  # type: ignore[assignment]  # noqa: N806
+        if isinstance(exc, ClientAuthenticationError):
+            message = self.redactor.redact(_shorten(str(exc)))
+            return FatalAPIError(
+                f"could not get a Microsoft Entra ID token for {where}: set AZURE_OPENAI_API_KEY, or sign in (az login) with an identity that has access. Details: {message}"
+            )
+        if isinstance(exc, openai.OpenAIError):
+            return EpisodeAPIError(self.redactor.redact(_shorten(str(exc))), type(exc).__name__, None)
+        return exc
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def __aenter__(self) -> ChatClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def request_fields(llm: LLMConfig) -> dict[str, Any]:
+    """The optional request fields that are configured; unset ones are left out (never null)."""
+    fields: dict[str, Any] = {}
+    for name in ("temperature", "max_tokens", "max_completion_tokens", "reasoning_effort"):
+        value = getattr(llm, name)
+        if value is not None:
+            fields[name] = value
+    if llm.extra_body:
+        fields["extra_body"] = dict(llm.extra_body)
+    return fields
+
+
+# ---------------------------------------------------------------------------------------------------
+# One step of the protocol
+
+
+@dataclass
+class StepReply:
+    """What one step cost and said: the reply kept (the re-ask's when there was one) and its parse."""
+
+    text: str
+    parsed: ParsedReply
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    requests: int
+    retries: int
+
+    @property
+    def reasked(self) -> bool:
+        return self.requests > 1
+
+    def usage(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 8),
+            "requests": self.requests,
+            "retries": self.retries,
+        }
+
+
+def reask_messages(observation_text: str, first_reply: str) -> list[dict[str, str]]:
+    """The follow-up conversation after a reply without a valid action: the reply, then the reminder."""
+    return [
+        *chat_messages(observation_text),
+        {"role": "assistant", "content": first_reply},
+        {"role": "user", "content": FORMAT_REMINDER},
+    ]
+
+
+async def ask(client: ChatClient, observation_text: str) -> StepReply:
+    """One step: system prompt + observation; a reply with no valid action gets one re-ask with the
+    format reminder, and if that fails too the parser's fallback action stands (``parsed.ok`` False)."""
+    first = await client.complete(chat_messages(observation_text))
+    parsed = parse_reply(first.text)
+    replies = [first]
+    if not parsed.ok:
+        second = await client.complete(reask_messages(observation_text, first.text))
+        replies.append(second)
+        parsed = parse_reply(second.text)
+    costs = [r.cost_usd for r in replies]
+    return StepReply(
+        text=replies[-1].text,
+        parsed=parsed,
+        prompt_tokens=sum(r.prompt_tokens for r in replies),
+        completion_tokens=sum(r.completion_tokens for r in replies),
+        cost_usd=None if any(c is None for c in costs) else sum(c for c in costs if c is not None),
+        requests=len(replies),
+        retries=sum(r.retries for r in replies),
+    )

@@ -1,0 +1,360 @@
+"""Chat models as teachers: ``rhythm generate --teacher openai --model NAME [--base-url URL]`` or
+``rhythm generate --teacher azure --endpoint URL --deployment NAME --api-version V``.
+
+``concurrency`` episodes are in flight at once (asyncio workers over one async client); the steps of an
+episode go in order, one request each: the protocol's system prompt and that step's observation text,
+as :mod:`rhythm.protocol` gives them, rendered by the scalar :class:`rhythm.env.RhythmEnv` exactly as
+the batch runner renders it. A reply with no valid action gets one re-ask with the format reminder;
+if that fails too the fallback action is played and the step counts as a parse failure.
+
+Records have the bayes schema (:mod:`rhythm.records`), graded by :func:`rhythm.grader.score_episode`;
+each step also carries its ``usage`` and each episode its totals (tokens, ``cost_usd`` from
+``llm.prices``, requests, re-asks, retries, seconds). An episode is written as one whole, flushed line
+when it finishes, so Ctrl-C or a crash never leaves half a record and ``--resume`` sends no request for
+an episode already in the file.
+
+Failures: an episode whose request fails for good (retries exhausted, a refused request) goes to
+``<output>.errors.jsonl`` with the reason, and the others go on; ``--resume`` plays it again. An error
+every request would repeat (wrong key: 401; 403; unknown model or deployment: 404; rejected
+parameters: 400) stops the run at once with one line. ``llm.max_consecutive_failures`` episodes
+failing in a row stop it too (the endpoint looks down).
+
+Budget: with ``--max-cost-usd`` no request is sent once the spend has reached the cap. Episodes in
+flight at that moment are abandoned, not written (their tokens are counted in the summary; ``--resume``
+plays them again), so the spend can pass the cap by at most the requests already in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rhythm.config import config_hash, write_config
+from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_SLOTS
+from rhythm.env.rhythm_env import RhythmEnv
+from rhythm.grader import score_episode
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, done_keys, dumps
+from rhythm.teacher.generate import GenerateConfig, GenerateSummary, sidecar_path
+from rhythm.teacher.llm_client import (
+    PROVIDERS,
+    BudgetReached,
+    ChatClient,
+    CostMeter,
+    EpisodeAPIError,
+    RequestStats,
+    Target,
+    ask,
+    redact_url,
+    resolve_target,
+)
+
+API_TEACHERS = PROVIDERS
+
+
+@dataclass
+class LLMStepRecord(StepRecord):
+    """A step of an LLM teacher: the bayes step fields plus this step's ``usage``."""
+
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+class EpisodeFailed(Exception):
+    """An episode that could not finish: which step, why, and what it had spent."""
+
+    def __init__(self, error: EpisodeAPIError, step: int, usage: dict[str, Any]) -> None:
+        super().__init__(error.reason)
+        self.error = error
+        self.step = step
+        self.usage = usage
+
+
+def target_of(cfg: GenerateConfig) -> Target:
+    """The endpoint and model a config names (raises RhythmError when something is missing)."""
+    kind, _, arg = cfg.teacher.partition(":")
+    return resolve_target(kind.strip().lower(), arg.strip(), cfg.llm)
+
+
+def errors_path(output: str | Path) -> Path:
+    return Path(str(output) + ".errors.jsonl")
+
+
+def _add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
+    for key in ("prompt_tokens", "completion_tokens", "requests", "retries"):
+        total[key] += step[key]
+    if total["cost_usd"] is not None:
+        total["cost_usd"] = None if step["cost_usd"] is None else total["cost_usd"] + step["cost_usd"]
+
+
+async def play_episode(
+    client: ChatClient,
+    condition: str,
+    split: str,
+    seed: int,
+    *,
+    agent: str,
+    config_hash: str = "",
+) -> EpisodeRecord:
+    """Play one episode against the endpoint, step by step; raises EpisodeFailed or BudgetReached."""
+    env = RhythmEnv(condition, split)
+    env.reset(seed=seed)
+    started = time.perf_counter()
+    steps: list[StepRecord] = []
+    total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "requests": 0, "reasks": 0, "retries": 0}
+    episode_return = 0.0
+    crashes = 0
+    belief = None
+    for t in range(EPISODE_STEPS):
+        observation = env.text
+        try:
+            reply = await ask(client, observation)
+        except EpisodeAPIError as err:
+            raise EpisodeFailed(err, t, total) from None
+        _, reward, _, _, info = env.step(reply.parsed.action)
+        episode_return += reward
+        crashes += info["crashes"]
+        belief = reply.parsed.belief
+        usage = reply.usage()
+        _add_usage(total, usage)
+        total["reasks"] += int(reply.reasked)
+        steps.append(
+            LLMStepRecord(
+                t=t,
+                day=t // N_SLOTS,
+                slot=t % N_SLOTS,
+                observation=observation,
+                response=reply.text,
+                belief=None if belief is None else [round(float(x), 4) for x in belief],
+                action=reply.parsed.action_name,
+                parse_ok=reply.parsed.ok,
+                reward=float(reward),
+                meters=[float(x) for x in info["meters"]],
+                usage=usage,
+            )
+        )
+    score = score_episode(episode_return, crashes, belief, env.belief_target, condition).to_dict()
+    score["parse_failures"] = sum(not s.parse_ok for s in steps)
+    if total["cost_usd"] is not None:
+        total["cost_usd"] = round(total["cost_usd"], 8)
+    total["seconds"] = round(time.perf_counter() - started, 4)
+    return EpisodeRecord(
+        env_version=ENV_VERSION,
+        condition=condition,
+        split=split,
+        seed=seed,
+        agent=agent,
+        model=client.target.name,
+        config_hash=config_hash,
+        created_at=now_iso(),
+        steps=steps,
+        score=score,
+        usage=total,
+    )
+
+
+class _Run:
+    """The state of one ``generate_llm`` run: workers, writers, counters, the stop flag."""
+
+    def __init__(self, cfg: GenerateConfig, target: Target, chash: str, writer: JsonlWriter, credential: Any,
+                 progress: Callable[[int], None] | None) -> None:
+        self.cfg = cfg
+        self.target = target
+        self.chash = chash
+        self.writer = writer
+        self.credential = credential
+        self.progress = progress
+        self.meter = CostMeter(target.name, cfg.llm.prices, cfg.llm.max_cost_usd)
+        self.stats = RequestStats()
+        self.errors_file = None if cfg.output == "-" else errors_path(cfg.output)
+        self.errors_writer: JsonlWriter | None = None
+        self.stopped: str | None = None
+        self.failed = 0
+        self.consecutive_failures = 0
+        self.records: list[dict[str, Any]] = []
+
+    async def main(self, todo: list[int]) -> None:
+        queue = deque(todo)
+        client = ChatClient(self.target, self.cfg.llm, credential=self.credential, meter=self.meter, stats=self.stats)
+        workers = [asyncio.ensure_future(self.worker(client, queue)) for _ in range(min(self.cfg.concurrency, len(todo)))]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            await client.aclose()
+
+    async def worker(self, client: ChatClient, queue: deque[int]) -> None:
+        while queue and self.stopped is None:
+            seed = queue.popleft()
+            try:
+                record = await play_episode(
+                    client, self.cfg.condition, self.cfg.split, seed, agent=self.target.provider, config_hash=self.chash
+                )
+            except BudgetReached as reached:
+                self.stop(f"budget reached ({reached}); rerun with --resume and a higher --max-cost-usd to go on")
+                return
+            except EpisodeFailed as failed:
+                self.fail(seed, failed)
+                continue
+            self.consecutive_failures = 0
+            line = dumps(record)
+            self.writer.write_line(line)
+            self.records.append(orjson.loads(line))
+            if self.progress:
+                self.progress(1)
+
+    def stop(self, reason: str) -> None:
+        if self.stopped is None:
+            self.stopped = reason
+
+    def fail(self, seed: int, failed: EpisodeFailed) -> None:
+        self.failed += 1
+        self.consecutive_failures += 1
+        entry = {
+            "condition": self.cfg.condition,
+            "split": self.cfg.split,
+            "seed": seed,
+            "agent": self.target.provider,
+            "model": self.target.name,
+            "step": failed.step,
+            "error": failed.error.kind,
+            "status": failed.error.status,
+            "reason": failed.error.reason,
+            "usage": failed.usage,
+            "config_hash": self.chash,
+            "created_at": now_iso(),
+        }
+        if self.errors_file is None:
+            sys.stderr.write(dumps(entry).decode())
+        else:
+            if self.errors_writer is None:
+                self.errors_writer = JsonlWriter(self.errors_file, resume=True)
+            self.errors_writer.write(entry)
+        if self.progress:
+            self.progress(1)
+        if self.consecutive_failures >= self.cfg.llm.max_consecutive_failures:
+            self.stop(f"{self.consecutive_failures} episodes failed in a row (last: {failed.error.reason})")
+
+    def close(self) -> None:
+        if self.errors_writer is not None:
+            self.errors_writer.close()
+
+
+def written_config(cfg: GenerateConfig) -> GenerateConfig:
+    """The config as recorded beside the data: URLs without passwords or secret query values."""
+    llm = cfg.llm
+    return replace(
+        cfg,
+        llm=replace(
+            llm,
+            base_url=None if llm.base_url is None else redact_url(llm.base_url),
+            endpoint=None if llm.endpoint is None else redact_url(llm.endpoint),
+        ),
+    )
+
+
+def _run_async(make: Callable[[], Any]) -> None:
+    """``asyncio.run`` here, or in a helper thread when this thread already runs a loop (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(make())
+        return
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(make())
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="rhythm-generate-llm")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+def _money(x: float) -> str:
+    return f"${x:.4f}" if x < 100 else f"${x:,.2f}"
+
+
+def generate_llm(
+    cfg: GenerateConfig,
+    seeds: list[int],
+    *,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+    credential: Any = None,
+) -> GenerateSummary:
+    """Play the chat-model teacher on every seed not yet in the output; see the module docstring.
+
+    ``credential`` (azure with Entra ID) is any object with ``get_token``; default
+    ``DefaultAzureCredential()``.
+    """
+    target = target_of(cfg)
+    recorded = written_config(cfg)
+    chash = config_hash(recorded)
+    started = time.perf_counter()
+    out_path = None if cfg.output == "-" else Path(cfg.output)
+    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
+    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
+    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
+    if on_total:
+        on_total(len(todo))
+    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
+        summary.repaired_bytes = writer.repaired
+        if out_path is not None:
+            write_config(recorded, sidecar_path(out_path), {
+                "versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash,
+                "endpoint": target.url,
+            })
+            if not cfg.resume:
+                errors_path(out_path).unlink(missing_ok=True)
+        run = _Run(cfg, target, chash, writer, credential, progress)
+        try:
+            if todo:
+                _run_async(lambda: run.main(todo))
+        finally:
+            run.close()
+    records = run.records
+    summary.episodes = len(records)
+    summary.steps = sum(len(r["steps"]) for r in records)
+    summary.parse_failures = sum(not s["parse_ok"] for r in records for s in r["steps"])
+    scores = [r["score"]["final_score"] for r in records]
+    summary.mean_final_score = sum(scores) / len(scores) if scores else None
+    summary.seconds = time.perf_counter() - started
+    summary.failed = run.failed
+    summary.stopped = run.stopped
+    stats, meter = run.stats, run.meter
+    extra: dict[str, Any] = {
+        "re-asks": sum(r["usage"]["reasks"] for r in records),
+        "requests sent": stats.attempts,
+        "retries": f"{stats.retries} (429: {stats.rate_limited}, 5xx: {stats.server_errors}, timeouts/no connection: {stats.no_response})",
+        "tokens": f"{meter.prompt_tokens:,} in / {meter.completion_tokens:,} out",
+    }
+    if meter.price is None:
+        extra["cost"] = f"unknown (no llm.prices entry for {target.name!r})"
+    else:
+        cap = f" of {_money(meter.max_cost_usd)} budget" if meter.max_cost_usd is not None else ""
+        extra["cost"] = _money(meter.spent) + cap
+    if stats.missing_usage:
+        extra["replies without usage"] = stats.missing_usage
+    if run.failed:
+        where = f"see {run.errors_file}" if run.errors_file is not None else "reasons on stderr"
+        extra["failed episodes"] = f"{run.failed} ({where}; --resume plays them again)"
+    unplayed = len(todo) - len(records) - run.failed
+    if run.stopped:
+        extra["stopped"] = f"{run.stopped}; {unplayed} episodes not written"
+    summary.extra = extra
+    return summary

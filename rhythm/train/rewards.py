@@ -1,0 +1,140 @@
+"""GRPO rewards computed by the benchmark itself: plain functions with TRL's reward signature
+``f(prompts, completions, **columns) -> list[float]``, found by name in :data:`REWARD_FUNCS`.
+
+Each prompt is one state of one episode, identified by its dataset columns ``condition``, ``split``,
+``seed``, ``t`` and ``prefix`` (the actions taken before ``t``). Replaying the prefix reproduces the
+exact state, so every completion of a GRPO group is scored in the same hidden profile, seed and
+state. Rewards reuse the grader and the planner, so RL and evaluation cannot disagree:
+
+- ``format``: 1 if the reply parses with an action and a belief, 0.5 with an action only, -1 if it
+  names no valid action (the format penalty).
+- ``belief``: the v3 belief score (``rhythm.grader.belief_score``) of the stated belief against the
+  episode's true profile; 0 without a belief.
+- ``action_value``: where the chosen action ranks between the worst (0) and best (1) first action,
+  by its expected return over the next ``ROLLOUT_HORIZON`` steps: the batched env rolled forward
+  under the true profile with the planner's greedy continuation, over ``ROLLOUT_SAMPLES`` noise draws
+  (planning noise, never the episode's own). An unparseable reply is valued as the fallback action the
+  env would play.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from rhythm.env.batched import BatchedRhythmEnv
+from rhythm.env.constants import ACTION_INDEX
+from rhythm.env.dynamics import make_params
+from rhythm.env.profiles import belief_of, keys_for, sample_profiles
+from rhythm.env.randomness import splitmix64_np
+from rhythm.grader import belief_mae, belief_score
+from rhythm.protocol import parse_reply
+from rhythm.teacher.planner import action_values
+
+ROLLOUT_SAMPLES = 16
+ROLLOUT_HORIZON = 8
+_REWARD_SALT = np.uint64(0x52455744)  # "REWD": rollout noise for rewards, apart from the env's and planners'
+
+RewardFunc = Callable[..., list[float]]
+
+
+def completion_text(completion: Any) -> str:
+    """The reply text of a completion as TRL passes it: a string, or a list of chat messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion:
+        last = completion[-1]
+        if isinstance(last, dict):
+            content = last.get("content", "")
+            if isinstance(content, list):  # multimodal-style content parts
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content)
+    return "" if completion is None else str(completion)
+
+
+@lru_cache(maxsize=65536)
+def state_values(condition: str, split: str, seed: int, t: int, prefix: tuple[str, ...]) -> tuple[float, ...]:
+    """Expected return of each first action from the state after ``prefix`` (cached per state)."""
+    if len(prefix) != t:
+        raise ValueError(f"prefix has {len(prefix)} actions but t is {t}")
+    env = BatchedRhythmEnv(condition, split, 1)
+    env.reset(seed=[seed])
+    for name in prefix:
+        env.step_raw(np.array([ACTION_INDEX[name]]))
+    profile = sample_profiles(condition, split, np.array([seed]))
+    params = make_params(np.repeat(profile, ROLLOUT_SAMPLES, axis=0))
+    keys = splitmix64_np(keys_for(condition, split, np.array([seed])) ^ _REWARD_SALT)
+    values = action_values(params, env.state.meters, t, keys, ROLLOUT_HORIZON)[0]
+    return tuple(float(v) for v in values)
+
+
+@lru_cache(maxsize=65536)
+def true_belief(condition: str, split: str, seed: int) -> tuple[float, float, float]:
+    b = belief_of(sample_profiles(condition, split, np.array([seed])))[0]
+    return (float(b[0]), float(b[1]), float(b[2]))
+
+
+def _column(kwargs: dict[str, Any], name: str, n: int) -> Sequence[Any]:
+    if name not in kwargs:
+        raise KeyError(f"reward needs the dataset column {name!r} (see rhythm.train.grpo_data)")
+    col = kwargs[name]
+    if len(col) != n:
+        raise ValueError(f"column {name!r} has {len(col)} values for {n} completions")
+    return col
+
+
+def format_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """1 with action and belief, 0.5 with an action only, -1 without a valid action."""
+    out = []
+    for c in completions:
+        parsed = parse_reply(completion_text(c))
+        out.append(-1.0 if not parsed.ok else (1.0 if parsed.belief is not None else 0.5))
+    return out
+
+
+def belief_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """v3 belief score of the stated belief against this episode's true profile."""
+    n = len(completions)
+    cond, split, seed = (_column(kwargs, k, n) for k in ("condition", "split", "seed"))
+    out = []
+    for i, c in enumerate(completions):
+        parsed = parse_reply(completion_text(c))
+        if parsed.belief is None:
+            out.append(0.0)
+            continue
+        truth = np.array(true_belief(cond[i], split[i], int(seed[i])))
+        out.append(float(belief_score(float(belief_mae(np.array(parsed.belief), truth)), cond[i], "v3")))
+    return out
+
+
+def action_value_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """Rank of the chosen action's expected return in this state: 0 = worst first action, 1 = best."""
+    n = len(completions)
+    cond, split, seed, t, prefix = (_column(kwargs, k, n) for k in ("condition", "split", "seed", "t", "prefix"))
+    out = []
+    for i, c in enumerate(completions):
+        parsed = parse_reply(completion_text(c))  # unparseable -> the fallback the env would play
+        values = np.array(state_values(cond[i], split[i], int(seed[i]), int(t[i]), tuple(prefix[i])))
+        span = values.max() - values.min()
+        out.append(1.0 if span <= 1e-12 else float((values[parsed.action] - values.min()) / span))
+    return out
+
+
+REWARD_FUNCS: dict[str, RewardFunc] = {
+    "format": format_reward,
+    "belief": belief_reward,
+    "action_value": action_value_reward,
+}
+
+
+def get_reward_funcs(names: Sequence[str]) -> list[RewardFunc]:
+    """Reward functions by name (unknown names raise with the valid ones)."""
+    from rhythm.errors import RhythmError
+
+    unknown = [n for n in names if n not in REWARD_FUNCS]
+    if unknown:
+        raise RhythmError(f"unknown reward function(s) {', '.join(unknown)}; expected {', '.join(REWARD_FUNCS)}")
+    return [REWARD_FUNCS[n] for n in names]

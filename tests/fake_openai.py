@@ -1,0 +1,254 @@
+"""A loopback OpenAI-compatible chat server for tests and benchmarks (stdlib only, one thread per
+connection), driven by the real ``openai`` client.
+
+It serves ``POST /v1/chat/completions`` (OpenAI) or, given a ``deployment``,
+``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure), checks the
+credentials the way those services do (``Authorization: Bearer KEY`` / ``api-key: KEY`` / an Entra ID
+bearer token) and records every attempt it sees: path, query, headers, JSON body, start and end
+time. ``max_in_flight`` is the most requests it was answering at once.
+
+By default it answers every request with a valid protocol reply whose action is a fixed function of
+the observation (:func:`policy_action`), after ``latency`` seconds, with ``usage`` tokens. A
+``handler(seen)`` can script anything else by returning a :class:`Reply` or :class:`Fail` (or None for
+the default).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+ACTIONS = ("DEEP_WORK", "ADMIN", "LEARN", "EXERCISE", "SOCIALIZE", "FAMILY_TIME", "MEDITATE", "LEISURE", "NAP", "SLEEP")
+
+
+def policy_action(observation: str) -> int:
+    """The default reply's action: a fixed function of the observation text."""
+    return zlib.crc32(observation.encode()) % len(ACTIONS)
+
+
+def protocol_reply(observation: str) -> str:
+    a = policy_action(observation)
+    return f"The anomalies are small.\nBELIEF: S=0.{a}0 M=0.50 W=0.55\nACTION: {ACTIONS[a]}"
+
+
+@dataclass
+class Seen:
+    """One attempt as the server saw it."""
+
+    n: int
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: dict[str, Any]
+    started: float
+    ended: float | None = None
+    status: int | None = None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.body.get("messages", [])
+
+    @property
+    def observation(self) -> str:
+        """The step's observation: the first user message."""
+        return next((m["content"] for m in self.messages if m["role"] == "user"), "")
+
+    @property
+    def retry_count(self) -> int:
+        return int(self.headers.get("x-stainless-retry-count", "0"))
+
+
+@dataclass
+class Reply:
+    """Answer 200 with this text (``text=None``: a null content; ``usage=None``: no usage field)."""
+
+    text: str | None
+    usage: tuple[int, int] | None = (100, 20)
+    delay: float = 0.0
+
+
+@dataclass
+class Fail:
+    """Answer an error status with an OpenAI-style error body."""
+
+    status: int
+    message: str = "simulated failure"
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+Handler = Callable[[Seen], "Reply | Fail | None"]
+
+
+class FakeOpenAI:
+    """Start with ``with FakeOpenAI(...) as server:``; point clients at ``server.base_url`` (OpenAI)
+    or ``server.endpoint`` (Azure)."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str = "test-key",
+        tokens: tuple[str, ...] = (),
+        deployment: str | None = None,
+        api_version: str | None = None,
+        latency: float = 0.0,
+        usage: tuple[int, int] = (100, 20),
+        handler: Handler | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.tokens = tokens
+        self.deployment = deployment
+        self.api_version = api_version
+        self.latency = latency
+        self.usage = usage
+        self.handler = handler
+        self.seen: list[Seen] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> FakeOpenAI:
+        fake = self
+
+        class _H(_RequestHandler):
+            server_fake = fake
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _H)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- what was seen ---------------------------------------------------------------------------------
+    @property
+    def completed(self) -> list[Seen]:
+        """Attempts answered 200."""
+        return [s for s in self.seen if s.status == 200]
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seen = []
+            self.max_in_flight = 0
+
+    # -- answering ---------------------------------------------------------------------------------------
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        auth = headers.get("authorization", "")
+        if self.deployment is None:
+            return auth == f"Bearer {self.api_key}"
+        if "api-key" in headers:
+            return headers["api-key"] == self.api_key
+        return auth.startswith("Bearer ") and auth[len("Bearer ") :] in self.tokens
+
+    def _answer(self, seen: Seen) -> Reply | Fail:
+        split = urlsplit(seen.path)
+        if self.deployment is None:
+            if split.path != "/v1/chat/completions":
+                return Fail(404, f"no route {split.path}", "not_found")
+        else:
+            if split.path != f"/openai/deployments/{self.deployment}/chat/completions":
+                return Fail(404, "The API deployment for this resource does not exist.", "DeploymentNotFound")
+            if seen.query.get("api-version") != [self.api_version]:
+                return Fail(404, "Resource not found (api-version)", "404")
+        if not self._authorised(seen.headers):
+            given = seen.headers.get("api-key") or seen.headers.get("authorization", "")
+            return Fail(401, f"Incorrect API key provided: {given}.", "invalid_api_key")
+        scripted = self.handler(seen) if self.handler is not None else None
+        if scripted is not None:
+            return scripted
+        return Reply(protocol_reply(seen.observation), usage=self.usage, delay=self.latency)
+
+    def _body(self, seen: Seen, reply: Reply) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-{seen.n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": seen.body.get("model", "fake"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
+        }
+        if reply.usage is not None:
+            p, c = reply.usage
+            body["usage"] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        return body
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stalls
+    server_fake: FakeOpenAI
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        fake = self.server_fake
+        length = int(self.headers.get("content-length", "0"))
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        split = urlsplit(self.path)
+        with fake._lock:
+            seen = Seen(len(fake.seen), self.path, parse_qs(split.query), {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+            fake.seen.append(seen)
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            answer = fake._answer(seen)
+            if answer.delay:
+                time.sleep(answer.delay)
+            if isinstance(answer, Reply):
+                status, headers, payload = 200, {}, fake._body(seen, answer)
+            else:
+                error = {"message": answer.message, "type": "error", "param": None, "code": answer.code}
+                status, headers, payload = answer.status, answer.headers, {"error": error}
+            data = json.dumps(payload).encode()
+            seen.status = status
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+                seen.ended = time.monotonic()

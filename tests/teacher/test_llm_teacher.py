@@ -1,0 +1,472 @@
+"""LLM teachers and agents against an OpenAI-compatible server on 127.0.0.1, through the real
+``openai`` client: OpenAI and Azure paths, Entra ID, retries, failures, re-asks, resume, budget,
+concurrency, Ctrl-C, eval, and secrets kept out of everything written."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from rhythm.agents.base import Decision
+from rhythm.config import load_config
+from rhythm.env import RhythmEnv
+from rhythm.episodes import play_batch
+from rhythm.errors import RhythmError
+from rhythm.protocol import FALLBACK_ACTION, FORMAT_REMINDER, chat_messages, parse_reply
+from rhythm.teacher.generate import GenerateConfig, generate
+from rhythm.teacher.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor, redact_url
+from rhythm.teacher.llm_generate import errors_path, generate_llm
+from tests.fake_openai import Fail, FakeOpenAI, Reply, protocol_reply
+
+KEY = "sk-test-0123456789abcdefSECRET"
+STEP_KEYS = {"t", "day", "slot", "observation", "response", "belief", "action", "parse_ok", "reward", "meters"}
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def openai_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    return KEY
+
+
+def _cfg(server: FakeOpenAI, tmp_path: Path, seeds: str = "0", **llm: object) -> GenerateConfig:
+    options = {"model": "m", "base_url": server.base_url, **llm}
+    return GenerateConfig(teacher="openai", seeds=seeds, output=str(tmp_path / "t.jsonl"), llm=LLMConfig(**options))
+
+
+def _records(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    assert data == b"" or data.endswith(b"\n")
+    return [orjson.loads(line) for line in data.splitlines()]
+
+
+def _run(cfg: GenerateConfig, **kw):
+    from rhythm.seeds import parse_seeds
+
+    return generate_llm(cfg, parse_seeds(cfg.seeds), **kw)
+
+
+def _no_secret_anywhere(root: Path, *secrets: str, text: str = "") -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            for secret in secrets:
+                assert secret.encode() not in content, f"{secret!r} leaked into {path}"
+    for secret in secrets:
+        assert secret not in text
+
+
+class MirrorAgent:
+    """Plays the fake server's default policy through the batch runner, for comparison."""
+
+    name = "mirror"
+
+    def reset(self, episodes) -> None:
+        pass
+
+    def act(self, obs) -> list[Decision]:
+        out = []
+        for prompt in obs.prompts:
+            text = protocol_reply(prompt)
+            parsed = parse_reply(text)
+            out.append(Decision(parsed.action, parsed.belief, text, parsed.ok))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# OpenAI path, records, request bodies
+
+
+def test_openai_records_equal_the_batch_runner_and_count_tokens(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY, usage=(120, 30)) as server:
+        cfg = _cfg(server, tmp_path, seeds="0-1", prices={"m": Price(input=2.0, output=10.0)})
+        cfg = dataclasses.replace(cfg, concurrency=2)
+        summary = _run(cfg)
+    recs = sorted(_records(tmp_path / "t.jsonl"), key=lambda r: r["seed"])
+    assert summary.episodes == 2 and summary.steps == 56 and summary.failed == 0 and summary.stopped is None
+    assert len(server.seen) == 56
+    for seen in server.seen:
+        assert seen.path == "/v1/chat/completions" and seen.headers["authorization"] == f"Bearer {KEY}"
+        assert set(seen.body) == {"model", "messages"}  # nothing unconfigured is sent, not even null
+        assert seen.body["model"] == "m" and seen.messages == chat_messages(seen.observation)
+    reference = play_batch(MirrorAgent(), "in-dist", "train", [0, 1])
+    step_cost = (120 * 2.0 + 30 * 10.0) / 1e6
+    for rec, ref in zip(recs, reference, strict=True):
+        ref_d = ref.to_dict()
+        assert (rec["agent"], rec["model"], rec["split"], rec["seed"]) == ("openai", "m", "train", ref.seed)
+        assert rec["score"] == ref_d["score"]
+        for step, ref_step in zip(rec["steps"], ref_d["steps"], strict=True):
+            assert set(step) == STEP_KEYS | {"usage"}
+            assert {k: step[k] for k in STEP_KEYS} == ref_step
+            assert step["usage"] == {"prompt_tokens": 120, "completion_tokens": 30, "cost_usd": pytest.approx(step_cost),
+                                     "requests": 1, "retries": 0}
+        usage = rec["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"], usage["requests"], usage["reasks"]) == (28 * 120, 28 * 30, 28, 0)
+        assert usage["cost_usd"] == pytest.approx(28 * step_cost) and usage["seconds"] > 0
+    assert summary.extra["tokens"] == "6,720 in / 1,680 out" and summary.extra["cost"] == f"${56 * step_cost:.4f}"
+    sidecar_path = Path(str(tmp_path / "t.jsonl") + ".config.yaml")
+    sidecar = yaml.safe_load(sidecar_path.read_text())
+    assert sidecar["teacher"] == "openai" and sidecar["llm"]["model"] == "m"
+    assert sidecar["_provenance"]["config_hash"] == recs[0]["config_hash"]
+    assert load_config(GenerateConfig, sidecar_path) == cfg  # the written config reruns as-is
+    _no_secret_anywhere(tmp_path, KEY)
+
+
+def test_reasoning_and_sampling_fields_are_sent_only_when_configured(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY) as server:
+        _run(_cfg(server, tmp_path, max_completion_tokens=300, reasoning_effort="low", temperature=0.2,
+                  extra_body={"top_k": 5}))
+    body = server.seen[0].body
+    assert {k: body[k] for k in body if k not in ("model", "messages")} == {
+        "max_completion_tokens": 300, "reasoning_effort": "low", "temperature": 0.2, "top_k": 5}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Azure: deployment path, api-version, key or Entra ID
+
+
+def test_azure_deployment_path_with_api_version_and_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
+    with FakeOpenAI(api_key=KEY, deployment="teacher-dep", api_version="2024-10-21") as server:
+        llm = LLMConfig(endpoint=server.endpoint, deployment="teacher-dep", api_version="2024-10-21")
+        summary = _run(GenerateConfig(teacher="azure", seeds="0", output=str(tmp_path / "a.jsonl"), llm=llm))
+    assert summary.episodes == 1 and len(server.seen) == 28
+    for seen in server.seen:
+        assert seen.path.split("?")[0] == "/openai/deployments/teacher-dep/chat/completions"
+        assert seen.query == {"api-version": ["2024-10-21"]}
+        assert seen.headers["api-key"] == KEY and "authorization" not in seen.headers
+    rec = _records(tmp_path / "a.jsonl")[0]
+    assert (rec["agent"], rec["model"]) == ("azure", "teacher-dep")
+    _no_secret_anywhere(tmp_path, KEY)
+
+
+class FakeCredential:
+    """An azure-identity credential that never touches the network."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.scopes: list[tuple[str, ...]] = []
+
+    def get_token(self, *scopes: str, **kwargs: object):
+        from azure.core.credentials import AccessToken
+
+        self.scopes.append(scopes)
+        return AccessToken(self.token, int(time.time()) + 3600)
+
+
+def test_azure_entra_id_token_reaches_the_server(tmp_path: Path) -> None:
+    assert "AZURE_OPENAI_API_KEY" not in os.environ
+    token = "entra-token-0123456789SECRET"
+    credential = FakeCredential(token)
+    with FakeOpenAI(deployment="dep", api_version="2025-04-01-preview", tokens=(token,)) as server:
+        llm = LLMConfig(endpoint=server.endpoint, deployment="dep")
+        summary = _run(GenerateConfig(teacher="azure", seeds="0", output=str(tmp_path / "e.jsonl"), llm=llm),
+                       credential=credential)
+    assert summary.episodes == 1 and all(s.status == 200 for s in server.seen)
+    assert all(s.headers["authorization"] == f"Bearer {token}" and "api-key" not in s.headers for s in server.seen)
+    assert credential.scopes and set(credential.scopes) == {(ENTRA_SCOPE,)}
+    _no_secret_anywhere(tmp_path, token)
+
+
+class BrokenCredential:
+    def get_token(self, *scopes: str, **kwargs: object):
+        from azure.identity import CredentialUnavailableError
+
+        raise CredentialUnavailableError("no identity here")
+
+
+def test_azure_entra_id_without_an_identity_is_one_clear_line(tmp_path: Path) -> None:
+    with FakeOpenAI(deployment="dep", api_version="2025-04-01-preview") as server:
+        cfg = GenerateConfig(teacher="azure:dep", seeds="0-3", output=str(tmp_path / "n.jsonl"),
+                             llm=LLMConfig(endpoint=server.endpoint))
+        with pytest.raises(RhythmError, match="could not get a Microsoft Entra ID token.*no identity here"):
+            _run(cfg, credential=BrokenCredential())
+    assert server.seen == []
+
+
+def test_azure_unknown_deployment_is_fatal_with_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
+    with FakeOpenAI(api_key=KEY, deployment="dep", api_version="v1") as server:
+        llm = LLMConfig(endpoint=server.endpoint, deployment="other", api_version="v1")
+        with pytest.raises(RhythmError, match=r"404 Not Found\): check --deployment and --api-version"):
+            _run(dataclasses.replace(GenerateConfig(teacher="azure", seeds="0-5", output=str(tmp_path / "x.jsonl"), llm=llm),
+                                     concurrency=2))
+    assert len(server.seen) <= 2  # not retried, and no further episode was started
+
+
+# ---------------------------------------------------------------------------------------------------
+# Retries: 429 with Retry-After, 500, timeouts
+
+
+def test_429_with_retry_after_is_retried_after_the_wait(tmp_path: Path, openai_key: str) -> None:
+    def handler(seen):
+        return Fail(429, "slow down", "rate_limit_exceeded", {"retry-after": "0.1"}) if seen.n == 0 else None
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(_cfg(server, tmp_path))
+    first, second = server.seen[0], server.seen[1]
+    assert first.status == 429 and second.status == 200 and second.retry_count == 1
+    assert second.messages == first.messages
+    gap = second.started - first.ended
+    assert 0.1 <= gap < 0.35  # the header's 0.1 s, not the client's own 0.375-0.5 s backoff
+    assert summary.episodes == 1 and len(server.seen) == 29
+    assert summary.extra["retries"].startswith("1 (429: 1, 5xx: 0")
+    rec = _records(tmp_path / "t.jsonl")[0]
+    assert rec["steps"][0]["usage"]["retries"] == 1 and rec["usage"]["retries"] == 1
+
+
+def test_500_is_retried_and_counted(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "boom") if s.n in (3, 4) else None) as server:
+        summary = _run(_cfg(server, tmp_path, max_retries=2))
+    assert [s.status for s in server.seen[3:6]] == [500, 500, 200] and server.seen[5].retry_count == 2
+    assert summary.episodes == 1 and summary.extra["retries"].startswith("2 (429: 0, 5xx: 2")
+
+
+def test_timeout_is_retried(tmp_path: Path, openai_key: str) -> None:
+    def handler(seen):
+        return Reply(protocol_reply(seen.observation), delay=1.0) if seen.n == 0 else None
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(_cfg(server, tmp_path, timeout_s=0.25))
+    assert server.seen[1].retry_count == 1 and server.seen[1].messages == server.seen[0].messages
+    assert summary.episodes == 1 and "timeouts/no connection: 1" in summary.extra["retries"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Failures: one episode fails, the others go on; a dead endpoint stops the run
+
+
+def test_failed_episode_goes_to_the_errors_file_and_the_others_finish(tmp_path: Path, openai_key: str) -> None:
+    # one worker: attempts 0-27 are seed 0; 28, 29 seed 1's first steps; 30 and its retry 31 fail for good
+    def handler(seen):
+        return Fail(503, f"upstream down (caller key {KEY})") if seen.n in (30, 31) else None
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(_cfg(server, tmp_path, seeds="0-2", max_retries=1))
+    assert summary.episodes == 2 and summary.failed == 1 and summary.stopped is None
+    assert sorted(r["seed"] for r in _records(tmp_path / "t.jsonl")) == [0, 2]
+    (err,) = _records(errors_path(tmp_path / "t.jsonl"))
+    assert (err["seed"], err["step"], err["status"], err["error"]) == (1, 2, 503, "InternalServerError")
+    assert "HTTP 503 after 1 retries: upstream down" in err["reason"] and "***" in err["reason"]
+    assert err["usage"]["requests"] == 2 and "failed episodes" in summary.extra
+    _no_secret_anywhere(tmp_path, KEY)
+
+
+def test_consecutive_failures_stop_the_run(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "down")) as server:
+        summary = _run(_cfg(server, tmp_path, seeds="0-9", max_retries=0, max_consecutive_failures=2))
+    assert summary.failed == 2 and len(server.seen) == 2 and "2 episodes failed in a row" in summary.stopped
+    assert len(_records(errors_path(tmp_path / "t.jsonl"))) == 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# Malformed replies: one re-ask with the format reminder, then the fallback, counted
+
+
+def test_malformed_reply_gets_one_reask_then_the_fallback(tmp_path: Path, openai_key: str) -> None:
+    good = {}
+
+    def handler(seen):
+        if seen.n == 0:
+            return Reply("I would let them rest a little.")
+        if seen.n == 1:
+            good["text"] = protocol_reply(seen.observation)
+            return Reply(good["text"])
+        if seen.n == 2:
+            return Reply(None, usage=None)  # null content, no usage field
+        if seen.n == 3:
+            return Reply("ACTION: TAKE_A_WALK")
+        return None
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(_cfg(server, tmp_path))
+    seen = server.seen
+    obs0 = seen[0].observation
+    assert seen[1].messages == [*chat_messages(obs0), {"role": "assistant", "content": "I would let them rest a little."},
+                                {"role": "user", "content": FORMAT_REMINDER}]
+    assert seen[3].messages[-2:] == [{"role": "assistant", "content": ""}, {"role": "user", "content": FORMAT_REMINDER}]
+    assert len(seen) == 30
+    rec = _records(tmp_path / "t.jsonl")[0]
+    s0, s1 = rec["steps"][0], rec["steps"][1]
+    assert s0["parse_ok"] and s0["response"] == good["text"] and s0["usage"]["requests"] == 2
+    assert not s1["parse_ok"] and s1["action"] == FALLBACK_ACTION and s1["response"] == "ACTION: TAKE_A_WALK"
+    assert s1["usage"]["prompt_tokens"] == 100  # the null-usage reply counts 0 tokens
+    assert rec["score"]["parse_failures"] == 1 and rec["usage"]["reasks"] == 2
+    assert summary.parse_failures == 1 and summary.extra["re-asks"] == 2 and summary.extra["replies without usage"] == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resume, budget, concurrency, Ctrl-C
+
+
+def test_resume_requests_nothing_already_finished(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY) as server:
+        _run(_cfg(server, tmp_path, seeds="0-1"))
+        server.reset()
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), resume=True))
+        first_obs = {s.observation for s in server.seen if "step 1 of 28" in s.observation}
+        assert len(server.seen) == 56 and summary.skipped == 2 and summary.episodes == 2
+        expected = set()
+        for seed in (2, 3):
+            env = RhythmEnv("in-dist", "train")
+            env.reset(seed=seed)
+            expected.add(env.text)
+        assert first_obs == expected
+        server.reset()
+        again = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), resume=True))
+        assert server.seen == [] and again.episodes == 0 and again.skipped == 4
+    assert sorted(r["seed"] for r in _records(tmp_path / "t.jsonl")) == [0, 1, 2, 3]
+
+
+def test_budget_stops_cleanly_via_the_cli(tmp_path: Path, openai_key: str, run_cli) -> None:
+    out = tmp_path / "b.jsonl"
+    with FakeOpenAI(api_key=KEY, usage=(100, 0)) as server:  # $100 per 1M input tokens: $0.01 a request
+        code, stdout, err = run_cli(
+            "generate", "--teacher", "openai", "--model", "m", "--base-url", server.base_url, "--seeds", "0-2",
+            "--output", str(out), "--max-cost-usd", "0.395", "--quiet", "--set", "llm.prices={m: {input: 100.0, output: 0.0}}")
+    assert code == 1
+    assert len(server.seen) == 40  # seed 0: 28 requests; seed 1 stops once $0.40 >= $0.395 was spent
+    assert [r["seed"] for r in _records(out)] == [0]
+    assert "budget reached" in err and "2 episodes not written" in err and "cost $0.4000 of $0.3950 budget" in err
+    _no_secret_anywhere(tmp_path, KEY, text=err + stdout)
+
+
+def test_server_sees_n_requests_in_flight_at_concurrency_n(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY, latency=0.02) as server:
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), concurrency=3))
+    assert summary.episodes == 4 and server.max_in_flight == 3
+
+
+def test_ctrl_c_leaves_only_whole_lines_and_resume_finishes(tmp_path: Path, openai_key: str) -> None:
+    out = tmp_path / "c.jsonl"
+    with FakeOpenAI(api_key=KEY, latency=0.005) as server:
+        cmd = [sys.executable, "-m", "rhythm.cli.main", "generate", "--teacher", "openai", "--model", "m",
+               "--base-url", server.base_url, "--seeds", "0-7", "--concurrency", "2", "--output", str(out), "--quiet"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        deadline = time.time() + 30
+        while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 2):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "Traceback" not in err and KEY not in err
+        written = _records(out)
+        assert 2 <= len(written) < 8
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-7"), output=str(out), resume=True))
+    assert summary.skipped == len(written)
+    assert sorted(r["seed"] for r in _records(out)) == list(range(8))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The CLI: wrong key, missing settings
+
+
+def test_wrong_key_is_one_clear_line_and_nonzero_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli) -> None:
+    wrong = "sk-wrong-key-9876543210SECRET"
+    monkeypatch.setenv("OPENAI_API_KEY", wrong)
+    out = tmp_path / "w.jsonl"
+    with FakeOpenAI(api_key=KEY) as server:
+        code, stdout, err = run_cli("generate", "--teacher", "openai", "--model", "m", "--base-url", server.base_url,
+                                    "--seeds", "0-9", "--concurrency", "2", "--output", str(out), "--quiet")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rhythm: error:")
+    assert "401 Unauthorized" in lines[0] and "check OPENAI_API_KEY" in lines[0]
+    assert len(server.seen) <= 2  # 401 is not retried, and no further episode starts
+    assert _records(out) == []
+    _no_secret_anywhere(tmp_path, wrong, KEY, text=err + stdout)
+
+
+@pytest.mark.parametrize(
+    "args, env, needle",
+    [
+        (["--teacher", "openai"], {"OPENAI_API_KEY": KEY}, "needs --model NAME"),
+        (["--teacher", "openai", "--model", "m"], {}, "OPENAI_API_KEY is not set"),
+        (["--teacher", "openai:a", "--model", "b"], {"OPENAI_API_KEY": KEY}, "disagrees"),
+        (["--teacher", "openai:m", "--max-cost-usd", "1"], {"OPENAI_API_KEY": KEY}, "needs a price for 'm'"),
+        (["--teacher", "azure", "--deployment", "d"], {}, "needs --endpoint"),
+        (["--teacher", "azure:d", "--endpoint", "https://x.openai.azure.com", "--set", "llm.auth=key"], {}, "AZURE_OPENAI_API_KEY is not set"),
+        (["--teacher", "openai:m", "--set", "llm.reasoning_effort=huge"], {"OPENAI_API_KEY": KEY}, "unknown reasoning_effort"),
+    ],
+)
+def test_missing_settings_fail_before_anything_is_sent(tmp_path, monkeypatch, run_cli, args, env, needle) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, _, err = run_cli("generate", *args, "--output", str(tmp_path / "n.jsonl"), "--quiet")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "n.jsonl").exists()
+
+
+def test_generate_dispatches_api_teachers(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY) as server:
+        summary = generate(dataclasses.replace(_cfg(server, tmp_path), teacher="openai:m",
+                                               llm=LLMConfig(base_url=server.base_url)))
+    assert summary.episodes == 1 and len(server.seen) == 28
+
+
+# ---------------------------------------------------------------------------------------------------
+# rhythm eval --agent openai:MODEL
+
+
+def test_eval_openai_agent_sends_each_steps_requests_concurrently(tmp_path: Path, openai_key: str, run_cli) -> None:
+    out = tmp_path / "eval.json"
+    with FakeOpenAI(api_key=KEY, latency=0.01) as server:
+        code, stdout, err = run_cli(
+            "eval", "--agent", "openai:m", "--condition", "discrete", "--episodes", "3", "--output", str(out), "--quiet",
+            "--set", f"llm.base_url={server.base_url}", "--set", "llm.concurrency=2", "--set", "references=[random]")
+    assert code == 0, err
+    assert len(server.seen) == 3 * 28 and server.max_in_flight == 2
+    results = orjson.loads(out.read_bytes())
+    cond = results["conditions"]["discrete"]
+    assert cond["episodes"] == 3 and cond["parse_failure_rate"] == 0.0
+    recs = _records(out.with_name("eval.episodes.jsonl"))
+    assert {(r["agent"], r["model"], r["split"]) for r in recs} == {("openai", "m", "eval")}
+    assert all(r["usage"]["prompt_tokens"] == 28 * 100 and r["usage"]["requests"] == 28 for r in recs)
+    _no_secret_anywhere(tmp_path, KEY, text=err + stdout)
+
+
+def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> None:
+    from rhythm.teacher.llm_agent import LLMAgent
+
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "down")) as server:
+        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, max_retries=0))
+        try:
+            with pytest.raises(RhythmError, match="a request failed for good"):
+                play_batch(agent, "discrete", "eval", [0, 1])
+        finally:
+            agent.close()
+    assert len(server.seen) == 2  # both episodes' first step, sent together, no retry (max_retries 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pieces
+
+
+def test_redaction_of_keys_tokens_and_urls() -> None:
+    r = Redactor()
+    r.add("my-very-own-key")
+    text = r.redact("key my-very-own-key; other sk-abcdef1234567890; Authorization: Bearer eyJhbGciOi.abc.def")
+    assert "my-very-own-key" not in text and "sk-abcdef" not in text and "eyJhbGciOi" not in text
+    assert redact_url("https://user:pw@host/v1?api-version=1&sig=abc") == "https://***@host/v1?api-version=1&sig=%2A%2A%2A"
+
+
+def test_config_file_documents_every_field_and_loads_to_the_defaults() -> None:
+    path = REPO / "configs" / "generate.yaml"
+    assert load_config(GenerateConfig, path) == GenerateConfig()
+    data = yaml.safe_load(path.read_text())
+
+    def check(obj, section, where):
+        for f in dataclasses.fields(obj):
+            assert f.name in section, f"configs/generate.yaml lacks {where}{f.name}"
+            if dataclasses.is_dataclass(getattr(obj, f.name)):
+                check(getattr(obj, f.name), section[f.name], f"{where}{f.name}.")
+
+    check(GenerateConfig(), data, "")
