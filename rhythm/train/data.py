@@ -1,0 +1,229 @@
+"""SFT data: teacher episodes (JSONL, a file or ``-``) become chat examples, one per step.
+
+Each example is what the student sees and says at one step, in the text protocol
+(:mod:`rhythm.protocol`): ``messages = [system: SYSTEM_PROMPT, user: the observation text with its
+history, assistant: the teacher's reply]``, plus the episode's identity (``episode``, ``condition``,
+``split``, ``seed``, ``t``). Train and validation are split **by episode** (deterministic for a seed),
+never by step: consecutive steps of one person share most of their history, so a step split would
+leak. :func:`build_examples` is pure Python; :func:`build_dataset` wraps its result in a
+``datasets.DatasetDict``. What was left out, and why, is counted in a :class:`DataReport`.
+
+    from rhythm.train.data import DataOptions, build_dataset
+    dsd, report = build_dataset(["data/teacher_30ep.jsonl"], DataOptions(val_fraction=0.1, min_score=0.5))
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rhythm.errors import RhythmError
+from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply
+from rhythm.records import read_episodes
+
+# Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
+BELOW_MIN_SCORE = "episode final_score below min_score"
+PARSE_FAILURE = "reply has no valid ACTION (parse_ok false)"
+EMPTY_REPLY = "empty reply"
+TOO_LONG = "longer than max_length tokens"
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """How episodes become examples (the data fields of ``SFTRunConfig``)."""
+
+    val_fraction: float = 0.1
+    """Share of *episodes* held out for validation loss (0 = none)."""
+    seed: int = 0
+    """Seeds the episode shuffle that decides the split."""
+    min_score: float | None = None
+    """Keep only episodes whose score.final_score is at least this (None = keep all)."""
+    strip_reasoning: bool = False
+    """Train on the BELIEF/ACTION lines only (the reply re-rendered by the protocol)."""
+    drop_parse_failures: bool = True
+    """Leave out steps whose reply names no valid action."""
+
+
+@dataclass
+class DataReport:
+    """What was read, what was kept, what was dropped and why (counts)."""
+
+    files: list[str] = field(default_factory=list)
+    episodes_read: int = 0
+    steps_read: int = 0
+    episodes_kept: int = 0
+    train_episodes: int = 0
+    validation_episodes: int = 0
+    train_examples: int = 0
+    validation_examples: int = 0
+    dropped_episodes: dict[str, int] = field(default_factory=dict)
+    """reason -> episodes left out whole"""
+    dropped_steps: dict[str, int] = field(default_factory=dict)
+    """reason -> steps left out (steps of dropped episodes included)"""
+
+    def drop_steps(self, reason: str, n: int = 1) -> None:
+        self.dropped_steps[reason] = self.dropped_steps.get(reason, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def summary_line(self) -> str:
+        dropped = sum(self.dropped_steps.values())
+        why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_steps.items())) or "none"
+        return (
+            f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
+            f"train {self.train_examples} examples ({self.train_episodes} episodes), "
+            f"validation {self.validation_examples} ({self.validation_episodes} episodes); "
+            f"dropped {dropped} steps ({why})"
+        )
+
+
+def step_messages(observation: str, response: str) -> list[dict[str, str]]:
+    """The chat of one step: system prompt, observation, teacher reply."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": observation},
+        {"role": "assistant", "content": response},
+    ]
+
+
+def _final_score(record: dict[str, Any], where: str) -> float:
+    score = record.get("score")
+    value = score.get("final_score") if isinstance(score, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RhythmError(f"{where}: score.final_score is missing or not a number; min_score needs it")
+    return float(value)
+
+
+def split_episodes(keys: Sequence[str], val_fraction: float, seed: int) -> tuple[set[str], set[str]]:
+    """Split episode keys into (train, validation): a seeded shuffle of the sorted keys.
+
+    At least one episode goes to validation when ``val_fraction > 0`` and there are two or more, and
+    at least one always stays in train.
+    """
+    if not 0.0 <= val_fraction < 1.0:
+        raise RhythmError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    ordered = sorted(set(keys))
+    random.Random(seed).shuffle(ordered)
+    n_val = 0
+    if val_fraction > 0 and len(ordered) >= 2:
+        n_val = min(len(ordered) - 1, max(1, round(val_fraction * len(ordered))))
+    return set(ordered[n_val:]), set(ordered[:n_val])
+
+
+def build_examples(
+    paths: str | Sequence[str], options: DataOptions = DataOptions()
+) -> tuple[dict[str, list[dict[str, Any]]], DataReport]:
+    """Read episodes from ``paths`` (files or ``-``) and return ``({"train": [...], "validation": [...]}, report)``.
+
+    A record that lacks what it needs raises :class:`RhythmError` naming ``file:line``.
+    """
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if not paths:
+        raise RhythmError("no data files given")
+    if sum(1 for p in paths if str(p) == "-") > 1:
+        raise RhythmError("stdin (-) can be read only once")
+    report = DataReport(files=[str(p) for p in paths])
+    by_episode: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        for where, record in read_episodes(path):
+            report.episodes_read += 1
+            steps = record["steps"]
+            report.steps_read += len(steps)
+            if options.min_score is not None and _final_score(record, where) < options.min_score:
+                report.dropped_episodes[BELOW_MIN_SCORE] = report.dropped_episodes.get(BELOW_MIN_SCORE, 0) + 1
+                report.drop_steps(BELOW_MIN_SCORE, len(steps))
+                continue
+            # The person, not the file, is the unit of the split: the same (condition, split, seed) played
+            # by two teachers must not land on both sides.
+            episode = f"{record['condition']}/{record['split']}/{record['seed']}"
+            rows = by_episode.setdefault(episode, [])
+            if not rows:
+                report.episodes_kept += 1
+            for i, step in enumerate(steps):
+                observation, response = step["observation"], step["response"]
+                if not isinstance(observation, str) or not observation.strip():
+                    raise RhythmError(f"{where}: step {i} has no observation text")
+                if not isinstance(response, str):
+                    raise RhythmError(f"{where}: step {i} response is not text")
+                if not response.strip():
+                    report.drop_steps(EMPTY_REPLY)
+                    continue
+                parsed = parse_reply(response)
+                ok = step.get("parse_ok", parsed.ok)
+                if not isinstance(ok, bool):
+                    raise RhythmError(f"{where}: step {i} parse_ok must be true or false, got {ok!r}")
+                if (options.drop_parse_failures and not ok) or (options.strip_reasoning and not parsed.ok):
+                    report.drop_steps(PARSE_FAILURE)
+                    continue
+                content = format_ending(parsed.belief, parsed.action) if options.strip_reasoning else response
+                rows.append(
+                    {
+                        "messages": step_messages(observation, content),
+                        "episode": episode,
+                        "condition": str(record["condition"]),
+                        "split": str(record["split"]),
+                        "seed": int(record["seed"]),
+                        "t": int(step["t"]),
+                        "agent": str(record["agent"]),
+                    }
+                )
+    train_keys, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
+    out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+    for episode in sorted(by_episode):
+        out["validation" if episode in val_keys else "train"].extend(by_episode[episode])
+    report.train_episodes = sum(1 for k in train_keys if by_episode[k])
+    report.validation_episodes = sum(1 for k in val_keys if by_episode[k])
+    report.train_examples = len(out["train"])
+    report.validation_examples = len(out["validation"])
+    if not out["train"]:
+        raise RhythmError(f"no training examples left in {', '.join(report.files)} ({report.summary_line()})")
+    return out, report
+
+
+def to_dataset_dict(rows: dict[str, list[dict[str, Any]]]):
+    """``{"train": [...], "validation": [...]}`` as a ``datasets.DatasetDict`` (validation only when non-empty)."""
+    from datasets import Dataset, DatasetDict
+
+    dsd = DatasetDict({"train": Dataset.from_list(rows["train"])})
+    if rows.get("validation"):
+        dsd["validation"] = Dataset.from_list(rows["validation"])
+    return dsd
+
+
+def build_dataset(paths: str | Sequence[str], options: DataOptions = DataOptions()):
+    """:func:`build_examples` as ``(DatasetDict, report)``."""
+    rows, report = build_examples(paths, options)
+    return to_dataset_dict(rows), report
+
+
+def drop_overlong(dsd, tokenizer, max_length: int | None, report: DataReport):
+    """Leave out examples whose rendered chat is longer than ``max_length`` tokens.
+
+    TRL would truncate them from the right, cutting off the very lines the student must learn
+    (BELIEF and ACTION), so they are dropped and counted instead.
+    """
+    if max_length is None:
+        return dsd
+
+    def fits(example: dict[str, Any]) -> bool:
+        ids = tokenizer.apply_chat_template(example["messages"], tokenize=True, return_dict=True)["input_ids"]
+        return len(ids) <= max_length
+
+    for name in list(dsd):
+        before = len(dsd[name])
+        dsd[name] = dsd[name].filter(fits, desc=f"dropping {name} examples over {max_length} tokens")
+        if len(dsd[name]) < before:
+            report.drop_steps(TOO_LONG, before - len(dsd[name]))
+    report.train_examples = len(dsd["train"])
+    report.validation_examples = len(dsd["validation"]) if "validation" in dsd else 0
+    if report.train_examples == 0:
+        raise RhythmError(f"every training example is longer than max_length={max_length} tokens; raise max_length")
+    if "validation" in dsd and len(dsd["validation"]) == 0:
+        del dsd["validation"]
+    report.train_episodes = len(set(dsd["train"]["episode"]))
+    report.validation_episodes = len(set(dsd["validation"]["episode"])) if "validation" in dsd else 0
+    return dsd

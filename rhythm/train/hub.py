@@ -1,0 +1,335 @@
+"""Hugging Face Hub: upload teacher data (with a dataset card) or a trained student (with a model card).
+
+    rhythm upload --files data/teacher_30ep.jsonl --repo me/rhythm-teacher               # dataset + card
+    rhythm upload --files runs/sft --repo me/rhythm-student --repo-type model --private   # an SFT run
+
+One plain commit per upload: the repo is created if needed, every file goes up, and ``README.md`` is
+written from the files themselves: for episode JSONL, the schema and env versions, teacher, conditions,
+splits, seeds, counts, scores and API cost (``usage.cost_usd``); for an SFT run folder, the base model,
+the data and the losses. A directory is uploaded as its contents at the repo root (``checkpoint-*``
+folders skipped); a file goes to the root under its own name, with its ``<file>.config.yaml`` sidecar
+(written by ``rhythm generate``) when there is one. The token comes from ``HF_TOKEN`` or ``hf auth
+login``; the endpoint from ``HF_ENDPOINT``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from rhythm.errors import RhythmError
+
+REPO_TYPES = ("dataset", "model")
+SKIP_DIRS = ("checkpoint-",)
+SKIP_NAMES = ("training_args.bin",)
+
+
+@dataclass
+class UploadResult:
+    repo_id: str
+    repo_type: str
+    repo_url: str
+    commit_url: str
+    commit_oid: str
+    files: list[str] = field(default_factory=list)
+
+
+def require_token() -> str:
+    """The user's Hub token (``HF_TOKEN`` or the saved login), or a clear error."""
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise RhythmError("no Hugging Face token; set HF_TOKEN or run `hf auth login`")
+    return token
+
+
+def check_repo_id(repo_id: str | None, what: str = "--repo") -> str:
+    if not repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise RhythmError(f"{what} must look like user/name, got {repo_id!r}")
+    return repo_id
+
+
+def _hub_error(err: Exception, what: str) -> RhythmError:
+    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return RhythmError(f"{what} failed: {msg}")
+
+
+# ----------------------------------------------------------------------------- episode statistics
+
+
+def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """What a dataset card says about episode JSONL files (read and validated line by line)."""
+    from rhythm.records import read_episodes
+    from rhythm.seeds import format_seeds
+
+    count: Counter[str] = Counter()
+    schema, env_versions, agents, conditions, splits = set(), set(), Counter(), Counter(), Counter()
+    seeds: dict[tuple[str, str], list[int]] = {}
+    finals, finals_v2, maes = [], [], []
+    usage: Counter[str] = Counter()
+    created = []
+    for path in paths:
+        for _where, rec in read_episodes(str(path)):
+            count["episodes"] += 1
+            count["steps"] += len(rec["steps"])
+            count["parse_failures"] += sum(1 for s in rec["steps"] if s.get("parse_ok") is False)
+            schema.add(rec["schema"])
+            env_versions.add(rec["env_version"])
+            agent = rec["agent"] + (f" ({rec['model']})" if rec.get("model") else "")
+            agents[agent] += 1
+            conditions[rec["condition"]] += 1
+            splits[rec["split"]] += 1
+            seeds.setdefault((rec["condition"], rec["split"]), []).append(int(rec["seed"]))
+            score = rec.get("score") or {}
+            for key, bucket in (("final_score", finals), ("final_score_v2", finals_v2), ("belief_mae", maes)):
+                v = score.get(key)
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    bucket.append(float(v))
+            for key, v in (rec.get("usage") or {}).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    usage[key] += v
+            if rec.get("created_at"):
+                created.append(str(rec["created_at"]))
+
+    def mean(xs: list[float]) -> float | None:
+        return round(sum(xs) / len(xs), 4) if xs else None
+
+    return {
+        "episodes": count["episodes"],
+        "steps": count["steps"],
+        "parse_failures": count["parse_failures"],
+        "schema": sorted(schema),
+        "env_version": sorted(env_versions),
+        "agents": dict(agents),
+        "conditions": dict(conditions),
+        "splits": dict(splits),
+        "seeds": {f"{c}/{s}": format_seeds(v) for (c, s), v in sorted(seeds.items())},
+        "mean_final_score": mean(finals),
+        "mean_final_score_v2": mean(finals_v2),
+        "mean_belief_mae": mean(maes),
+        "cost_usd": round(float(usage.get("cost_usd", 0.0)), 4),
+        "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+        "completion_tokens": int(usage.get("completion_tokens", 0)),
+        "created": [min(created), max(created)] if created else None,
+    }
+
+
+def _front_matter(meta: dict[str, Any]) -> str:
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+
+
+def dataset_card(repo_id: str, files: dict[str, dict[str, Any]]) -> str:
+    """README.md of a teacher-data repo: ``files`` maps each uploaded JSONL name to its :func:`episode_stats`."""
+    total = episode_stats_merge(list(files.values()))
+    meta = {
+        "tags": ["rhythm", "algorithm-distillation", "meta-rl", "agent-trajectories"],
+        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": sorted(files)}]}],
+    }
+    rows = "\n".join(
+        f"| `{name}` | {s['episodes']} | {s['steps']} | {', '.join(s['agents'])} | {', '.join(s['conditions'])} | "
+        f"{', '.join(s['splits'])} | {'; '.join(f'{k}: {v}' for k, v in s['seeds'].items())} | "
+        f"{_fmt(s['mean_final_score'])} | {_fmt(s['mean_final_score_v2'])} | ${s['cost_usd']:.2f} |"
+        for name, s in sorted(files.items())
+    )
+    return _front_matter(meta) + f"""
+# {repo_id.split('/')[-1]}
+
+Teacher episodes of the `rhythm` benchmark: an agent manages one simulated week
+(28 steps) of a person whose personality is hidden, and must infer it from how the person responds.
+Each line of a JSONL file is one episode: every step's observation text, the teacher's reply
+(reasoning ending with `BELIEF:` and `ACTION:` lines), the parsed belief and action, reward and meters,
+then the episode's grades and API usage. `rhythm sft --data FILE` turns them into chat examples.
+
+| | |
+|---|---|
+| record schema | {', '.join(map(str, total['schema']))} |
+| env_version | {', '.join(total['env_version'])} |
+| teacher | {', '.join(f'{a} ({n} episodes)' for a, n in total['agents'].items())} |
+| conditions | {', '.join(f'{c} ({n})' for c, n in total['conditions'].items())} |
+| split | {', '.join(f'{c} ({n})' for c, n in total['splits'].items())} |
+| seeds | {'; '.join(f'{k}: {v}' for k, v in total['seeds'].items())} |
+| episodes / steps | {total['episodes']} / {total['steps']} |
+| parse failures (steps) | {total['parse_failures']} |
+| mean final score (v3 / v2) | {_fmt(total['mean_final_score'])} / {_fmt(total['mean_final_score_v2'])} |
+| mean belief MAE | {_fmt(total['mean_belief_mae'])} |
+| cost | ${total['cost_usd']:.2f} ({total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens) |
+| created | {' .. '.join(total['created']) if total['created'] else '-'} |
+
+## Files
+
+| file | episodes | steps | teacher | conditions | split | seeds | final v3 | final v2 | cost |
+|---|---|---|---|---|---|---|---|---|---|
+{rows}
+
+Train-split seeds never overlap the eval split: the profile is drawn from (condition, split, seed), so
+`rhythm eval` meets different people. Scores are those of the grader in the record's env_version.
+"""
+
+
+def episode_stats_merge(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over several files' :func:`episode_stats` (means weighted by episodes)."""
+    out: dict[str, Any] = {"episodes": 0, "steps": 0, "parse_failures": 0, "schema": set(), "env_version": set(),
+                           "agents": Counter(), "conditions": Counter(), "splits": Counter(), "seeds": {},
+                           "cost_usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "created": None}
+    weighted: dict[str, list[tuple[float, int]]] = {"mean_final_score": [], "mean_final_score_v2": [], "mean_belief_mae": []}
+    for s in stats:
+        for k in ("episodes", "steps", "parse_failures", "cost_usd", "prompt_tokens", "completion_tokens"):
+            out[k] += s[k]
+        out["schema"].update(s["schema"])
+        out["env_version"].update(s["env_version"])
+        for k in ("agents", "conditions", "splits"):
+            out[k].update(s[k])
+        for k, v in s["seeds"].items():
+            out["seeds"][k] = v if k not in out["seeds"] else f"{out['seeds'][k]},{v}"
+        for k in weighted:
+            if s[k] is not None:
+                weighted[k].append((s[k], s["episodes"]))
+        if s["created"]:
+            lo, hi = s["created"]
+            out["created"] = [min(lo, out["created"][0]), max(hi, out["created"][1])] if out["created"] else [lo, hi]
+    for k, pairs in weighted.items():
+        n = sum(w for _, w in pairs)
+        out[k] = round(sum(v * w for v, w in pairs) / n, 4) if n else None
+    out["schema"], out["env_version"] = sorted(out["schema"]), sorted(out["env_version"])
+    out["agents"], out["conditions"], out["splits"] = dict(out["agents"]), dict(out["conditions"]), dict(out["splits"])
+    out["cost_usd"] = round(out["cost_usd"], 4)
+    return out
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def model_card(repo_id: str, folder: str | Path) -> str | None:
+    """README.md of a trained student, from an SFT run folder (None when the folder is not one)."""
+    folder = Path(folder)
+    summary_path, config_path = folder / "sft_summary.json", folder / "sft_config.yaml"
+    if not summary_path.is_file() or not config_path.is_file():
+        return None
+    summary = orjson.loads(summary_path.read_bytes())
+    config = yaml.safe_load(config_path.read_text()) or {}
+    base = str(config.get("model_name_or_path", ""))
+    meta: dict[str, Any] = {"library_name": "peft" if summary.get("adapter") else "transformers",
+                            "tags": ["rhythm", "trl", "sft", "lora" if summary.get("adapter") else "full-finetune"]}
+    if base.count("/") == 1 and not Path(base).exists():
+        meta["base_model"] = base
+    data = summary.get("data") or {}
+    load = (
+        f"from peft import AutoPeftModelForCausalLM\nmodel = AutoPeftModelForCausalLM.from_pretrained(\"{repo_id}\")"
+        if summary.get("adapter")
+        else f"from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained(\"{repo_id}\")"
+    )
+    return _front_matter(meta) + f"""
+# {repo_id.split('/')[-1]}
+
+A student distilled from rhythm teacher episodes with TRL `SFTTrainer`{' and a LoRA adapter' if summary.get('adapter') else ''}:
+it reads the observation text and replies with reasoning that ends in `BELIEF:` and `ACTION:` lines.
+
+| | |
+|---|---|
+| base model | `{base}` |
+| data | {', '.join(f'`{Path(f).name}`' for f in data.get('files', []))}: {data.get('train_examples')} train / {data.get('validation_examples')} validation examples ({data.get('train_episodes')} / {data.get('validation_episodes')} episodes) |
+| steps / epochs | {summary.get('global_step')} / {_fmt(summary.get('epochs'))} |
+| train loss (first -> last) | {_fmt(summary.get('train_loss_first'))} -> {_fmt(summary.get('train_loss_last'))} |
+| validation loss (first -> last) | {_fmt(summary.get('eval_loss_first'))} -> {_fmt(summary.get('eval_loss_last'))} |
+
+`sft_config.yaml` is the effective config (with package versions), `training_log.jsonl` the loss per
+step, `data_report.json` what was dropped from the data and why.
+
+```python
+{load}
+```
+
+Evaluate it with `rhythm eval --agent model:{repo_id}`.
+"""
+
+
+# ------------------------------------------------------------------------------------------- upload
+
+
+def _operations(files: Sequence[str | Path]) -> tuple[list[tuple[Path, str]], list[Path]]:
+    """(local path, path in repo) pairs, and the JSONL files among them."""
+    pairs: list[tuple[Path, str]] = []
+    jsonl: list[Path] = []
+    for f in files:
+        path = Path(f)
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                rel = child.relative_to(path)
+                if not child.is_file() or any(part.startswith(SKIP_DIRS) for part in rel.parts) or child.name in SKIP_NAMES:
+                    continue
+                pairs.append((child, rel.as_posix()))
+        elif path.is_file():
+            pairs.append((path, path.name))
+            if path.suffix == ".jsonl":
+                jsonl.append(path)
+                sidecar = path.with_name(path.name + ".config.yaml")
+                if sidecar.is_file():
+                    pairs.append((sidecar, sidecar.name))
+        else:
+            raise RhythmError(f"file not found: {path}")
+    seen: dict[str, Path] = {}
+    for local, remote in pairs:
+        if remote in seen and seen[remote] != local:
+            raise RhythmError(f"two files would both land at {remote!r} in the repo: {seen[remote]} and {local}")
+        seen[remote] = local
+    return pairs, jsonl
+
+
+def upload(
+    files: Sequence[str | Path],
+    repo_id: str,
+    *,
+    repo_type: str = "dataset",
+    private: bool = False,
+    card: bool = True,
+    commit_message: str | None = None,
+) -> UploadResult:
+    """Create ``repo_id`` if needed and upload ``files`` (and a card) in one commit."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    check_repo_id(repo_id)
+    if repo_type not in REPO_TYPES:
+        raise RhythmError(f"--repo-type must be dataset or model, got {repo_type!r}")
+    if not files:
+        raise RhythmError("nothing to upload; pass --files FILE...")
+    pairs, jsonl = _operations(files)
+    readme: str | None = None
+    if card and repo_type == "dataset" and jsonl:
+        readme = dataset_card(repo_id, {p.name: episode_stats([p]) for p in jsonl})
+    elif card and repo_type == "model":
+        folders = [Path(f) for f in files if Path(f).is_dir()]
+        readme = next((c for c in (model_card(repo_id, d) for d in folders) if c), None)
+    ops = [CommitOperationAdd(path_in_repo=remote, path_or_fileobj=str(local)) for local, remote in pairs if not (readme and remote == "README.md")]
+    if readme:
+        ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
+    token = require_token()
+    api = HfApi(token=token)
+    try:
+        repo_url = api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
+        info = api.create_commit(
+            repo_id, ops, repo_type=repo_type,
+            commit_message=commit_message or f"rhythm upload: {', '.join(sorted({r for _, r in pairs}))[:200]}",
+        )
+    except HfHubHTTPError as err:
+        raise _hub_error(err, f"upload to {repo_id}") from None
+    return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid), [op.path_in_repo for op in ops])
+
+
+def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, commit_message: str | None = None) -> str:
+    """Upload a training output folder (no checkpoints) with its model card; returns the repo URL."""
+    result = upload([folder], repo_id, repo_type="model", private=private, commit_message=commit_message)
+    return result.repo_url
+
+
+def result_json(result: UploadResult) -> bytes:
+    return orjson.dumps(result.__dict__)

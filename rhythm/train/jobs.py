@@ -1,0 +1,345 @@
+"""Hugging Face Jobs: run a training stage (``sft``, later ``grpo``) on Hub hardware with the same code.
+
+    rhythm sft --config configs/sft.yaml --flavor a10g-large \\
+        --set hub_model_id=me/rhythm-sft --set data_repo=me/rhythm-teacher [--dry-run]
+
+What happens, in order (``--dry-run`` prints the plan and the job spec, token redacted, and stops
+before the first request):
+
+1. Local data files named in ``data`` are uploaded to ``data_repo`` (a dataset repo, with its card).
+2. The *run repo* (``hub_model_id``, where the trained model will land) gets one plain commit under
+   ``rhythm_job/``: ``run.py`` (a uv script with a PEP 723 header pinning the exact package versions
+   installed here), ``config.yaml`` (the effective stage config) and ``src/rhythm/`` (this package's
+   source, so the job runs the code you ran locally, not a release).
+3. The job is submitted with ``huggingface_hub``: command ``uv run <script>``, the flavor, a timeout,
+   ``HF_TOKEN`` as a *secret* (never in the environment, the command or any output), and the data repo,
+   files and output repo as environment variables. A public run repo is fetched by URL
+   (``run_uv_job(<resolve URL pinned to the commit>)``); a private one cannot be fetched anonymously,
+   so it is mounted read-only into the container as a Jobs volume and run from there (``run_job``).
+4. In the job, ``run.py`` downloads the data, runs ``python -m rhythm.train.<stage>`` (through
+   ``accelerate launch`` when the flavor has several GPUs) with ``push_to_hub=true``, so the adapter,
+   tokenizer, config, training log and model card are pushed to the run repo at the end.
+
+Follow it with ``hf jobs logs <id>`` / ``hf jobs inspect <id>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from rhythm.errors import RhythmError
+from rhythm.train.hub import check_repo_id
+
+JOB_DIR = "rhythm_job"
+MOUNT_PATH = "/rhythm-run"
+UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
+"""The image ``run_uv_job`` uses by default (uv + Python 3.12)."""
+JOB_PACKAGES = (
+    "torch", "transformers", "tokenizers", "trl", "peft", "datasets", "accelerate", "huggingface_hub",
+    "numpy", "scipy", "gymnasium", "orjson", "PyYAML", "pydantic",
+)
+"""What ``rhythm.train`` imports in a job; pinned to the versions installed here."""
+REDACTED = "***"
+
+RUN_SCRIPT = '''\
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+{deps}
+# ]
+# ///
+"""rhythm {stage} on Hugging Face Jobs (written by `rhythm {stage} --flavor`).
+
+Runs `python -m rhythm.train.{stage}` from the rhythm source committed beside this script, on the data
+files of a Hub dataset repo, and pushes the result to the output model repo. Everything it needs comes
+from the environment: RHYTHM_JOB_REPO / RHYTHM_JOB_REVISION (this folder's repo and commit) or
+RHYTHM_JOB_DIR (the folder, mounted), RHYTHM_DATA_REPO / RHYTHM_DATA_FILES / RHYTHM_DATA_REVISION,
+RHYTHM_OUTPUT_REPO, and the HF_TOKEN secret.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+STAGE = "{stage}"
+
+
+def job_folder() -> Path:
+    mounted = os.environ.get("RHYTHM_JOB_DIR")
+    if mounted and Path(mounted).is_dir():
+        return Path(mounted)
+    from huggingface_hub import hf_hub_download
+
+    repo, revision = os.environ["RHYTHM_JOB_REPO"], os.environ["RHYTHM_JOB_REVISION"]
+    manifest = hf_hub_download(repo, "{job_dir}/manifest.json", revision=revision)
+    for name in json.loads(Path(manifest).read_text())["files"]:
+        hf_hub_download(repo, name, revision=revision)
+    return Path(manifest).parent
+
+
+def data_files() -> list[str]:
+    from huggingface_hub import hf_hub_download
+
+    repo, revision = os.environ["RHYTHM_DATA_REPO"], os.environ.get("RHYTHM_DATA_REVISION") or None
+    names = [n for n in os.environ["RHYTHM_DATA_FILES"].split(",") if n]
+    return [hf_hub_download(repo, n, repo_type="dataset", revision=revision) for n in names]
+
+
+def main() -> int:
+    folder = job_folder()
+    output_dir = os.environ.get("RHYTHM_OUTPUT_DIR", "/tmp/rhythm-output")
+    overrides = [
+        "data=" + ",".join(data_files()),
+        "output_dir=" + output_dir,
+        "push_to_hub=true",
+        "hub_model_id=" + os.environ["RHYTHM_OUTPUT_REPO"],
+    ]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder / "src"), os.environ.get("PYTHONPATH", "")]))
+    module = ["-m", "rhythm.train." + STAGE, "--config", str(folder / "config.yaml"), *overrides]
+    gpus = int(os.environ.get("RHYTHM_NUM_PROCESSES") or 0)
+    if not gpus:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    if gpus > 1:
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(gpus), *module]
+    else:
+        command = [sys.executable, *module]
+    print("rhythm job:", " ".join(command), file=sys.stderr, flush=True)
+    return subprocess.call(command, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def pinned_dependencies(packages: tuple[str, ...] = JOB_PACKAGES) -> list[str]:
+    """``name==version`` of each package as installed here (local tags such as ``+cpu`` dropped)."""
+    out = []
+    for name in packages:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            raise RhythmError(f"{name} is not installed; the job pins the versions installed here") from None
+        out.append(f"{name}=={version.split('+')[0]}")
+    return out
+
+
+def run_script(stage: str, deps: list[str] | None = None) -> str:
+    """The uv script a job runs (PEP 723 header with pinned dependencies)."""
+    deps = pinned_dependencies() if deps is None else deps
+    return RUN_SCRIPT.format(stage=stage, job_dir=JOB_DIR, deps="\n".join(f'#   "{d}",' for d in deps))
+
+
+def package_sources() -> dict[str, bytes]:
+    """``rhythm_job/src/rhythm/**.py``: this package's source, as it is installed here."""
+    import rhythm
+
+    root = Path(rhythm.__file__).parent
+    return {
+        f"{JOB_DIR}/src/rhythm/{path.relative_to(root).as_posix()}": path.read_bytes()
+        for path in sorted(root.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+
+
+@dataclass
+class JobPlan:
+    """Everything a submission does, computed before any request (``--dry-run`` prints it)."""
+
+    stage: str
+    flavor: str
+    namespace: str
+    run_repo: str
+    private: bool
+    data_repo: str
+    data_files: list[str]
+    """Names of the data files inside data_repo."""
+    uploads: list[str]
+    """Local data files to upload to data_repo first."""
+    timeout: str
+    image: str = UV_IMAGE
+    files: dict[str, bytes] = field(default_factory=dict)
+    """path in the run repo -> content (the script, the config, the source)"""
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def script_path(self) -> str:
+        return f"{JOB_DIR}/run.py"
+
+    def command(self, endpoint: str, revision: str) -> list[str]:
+        if self.private:
+            return ["uv", "run", f"{MOUNT_PATH}/{self.script_path}"]
+        return ["uv", "run", f"{endpoint.rstrip('/')}/{self.run_repo}/resolve/{revision}/{self.script_path}"]
+
+    def volumes(self, revision: str) -> list[dict[str, Any]]:
+        if not self.private:
+            return []
+        return [{"type": "model", "source": self.run_repo, "mountPath": MOUNT_PATH, "revision": revision, "readOnly": True}]
+
+    def environment(self, revision: str, data_revision: str | None) -> dict[str, str]:
+        env = dict(self.env, RHYTHM_JOB_REVISION=revision)
+        if data_revision:
+            env["RHYTHM_DATA_REVISION"] = data_revision
+        if self.private:
+            env["RHYTHM_JOB_DIR"] = f"{MOUNT_PATH}/{JOB_DIR}"
+        return env
+
+    def spec(self, endpoint: str, revision: str, data_revision: str | None, token: str | None) -> dict[str, Any]:
+        """The job as it is sent (secrets included: redact before showing)."""
+        return {
+            "namespace": self.namespace,
+            "flavor": self.flavor,
+            "dockerImage": self.image,
+            "command": self.command(endpoint, revision),
+            "environment": self.environment(revision, data_revision),
+            "secrets": {"HF_TOKEN": token},
+            "timeout": self.timeout,
+            "labels": self.labels,
+            "volumes": self.volumes(revision),
+        }
+
+
+def plan_job(
+    stage: str,
+    config: Any,
+    *,
+    run_repo: str | None,
+    data: list[str],
+    data_repo: str | None,
+    flavor: str,
+    timeout: str,
+    namespace: str | None = None,
+    private: bool = True,
+    config_overrides: dict[str, Any] | None = None,
+) -> JobPlan:
+    """Check the request and build the plan: files for the run repo, environment, data to upload."""
+    from huggingface_hub import JobHardware
+
+    run_repo = check_repo_id(run_repo, "hub_model_id (the run's model repo)")
+    flavors = [h.value for h in JobHardware]
+    if flavor not in flavors:
+        raise RhythmError(f"unknown flavor {flavor!r}; expected one of {', '.join(flavors)}")
+    if not data:
+        raise RhythmError("no data given; pass --data FILE")
+    uploads, names = [], []
+    for item in data:
+        if item == "-":
+            raise RhythmError("a job cannot read stdin; pass a data file (it is uploaded to data_repo)")
+        path = Path(item)
+        if path.is_file():
+            uploads.append(str(path))
+            names.append(path.name)
+        elif data_repo:
+            names.append(item)  # a file already in data_repo
+        else:
+            raise RhythmError(f"file not found: {item} (or set data_repo to read it from a Hub dataset repo)")
+    if not data_repo:
+        raise RhythmError("a job reads its data from the Hub: set data_repo=user/name (local files are uploaded there)")
+    check_repo_id(data_repo, "data_repo")
+
+    cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
+    from rhythm.config import config_dict
+
+    job_config = config_dict(cfg)
+    job_config.update({"data": ",".join(names), "flavor": None, "push_to_hub": True, "hub_model_id": run_repo,
+                       "resume_from_checkpoint": None})
+    files = {
+        f"{JOB_DIR}/run.py": run_script(stage).encode(),
+        f"{JOB_DIR}/config.yaml": yaml.safe_dump(job_config, sort_keys=False).encode(),
+        **package_sources(),
+    }
+    files[f"{JOB_DIR}/manifest.json"] = orjson.dumps({"stage": stage, "files": sorted(files)}, option=orjson.OPT_INDENT_2)
+    env = {
+        "RHYTHM_STAGE": stage,
+        "RHYTHM_JOB_REPO": run_repo,
+        "RHYTHM_DATA_REPO": data_repo,
+        "RHYTHM_DATA_FILES": ",".join(names),
+        "RHYTHM_OUTPUT_REPO": run_repo,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if os.environ.get("HF_ENDPOINT"):
+        env["HF_ENDPOINT"] = os.environ["HF_ENDPOINT"]  # a private Hub deployment: the job talks to the same one
+    return JobPlan(
+        stage=stage, flavor=flavor, namespace=namespace or run_repo.split("/")[0], run_repo=run_repo,
+        private=private, data_repo=data_repo, data_files=names, uploads=uploads, timeout=timeout,
+        files=files, env=env, labels={"rhythm-stage": stage},
+    )
+
+
+@dataclass
+class Submission:
+    job_id: str | None
+    url: str | None
+    run_repo: str
+    revision: str | None
+    spec: dict[str, Any]
+    """The job spec with secrets redacted."""
+    dry_run: bool = False
+
+
+def redact(spec: dict[str, Any]) -> dict[str, Any]:
+    out = dict(spec)
+    out["secrets"] = {k: (REDACTED if v else "<not set>") for k, v in spec.get("secrets", {}).items()}
+    return out
+
+
+def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
+    """Upload data, commit the job folder to the run repo, submit the job (or, dry, only describe it)."""
+    from huggingface_hub import constants, get_token
+
+    say = say or (lambda msg: None)
+    endpoint = constants.ENDPOINT
+    if dry_run:
+        spec = plan.spec(endpoint, "<commit of rhythm_job/>", "<commit of the data upload>" if plan.uploads else None,
+                         get_token())
+        spec["would_upload"] = {"data_repo": plan.data_repo, "files": plan.uploads}
+        spec["would_commit"] = {"repo": plan.run_repo, "private": plan.private, "files": len(plan.files),
+                                "script": plan.script_path}
+        return Submission(None, None, plan.run_repo, None, redact(spec), dry_run=True)
+
+    from huggingface_hub import CommitOperationAdd, HfApi, Volume
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from rhythm.train.hub import require_token, upload
+
+    token = require_token()
+    api = HfApi(token=token)
+    data_revision = None
+    if plan.uploads:
+        result = upload(plan.uploads, plan.data_repo, repo_type="dataset", private=plan.private)
+        data_revision = result.commit_oid
+        say(f"uploaded {', '.join(plan.data_files)} to {result.repo_url}")
+    try:
+        api.create_repo(plan.run_repo, repo_type="model", private=plan.private, exist_ok=True)
+        commit = api.create_commit(
+            plan.run_repo,
+            [CommitOperationAdd(path_in_repo=p, path_or_fileobj=c) for p, c in sorted(plan.files.items())],
+            commit_message=f"rhythm {plan.stage}: job script, config and source",
+        )
+        revision = str(commit.oid)
+        say(f"committed {plan.script_path} and the job source to {plan.run_repo}@{revision[:8]}")
+        spec = plan.spec(endpoint, revision, data_revision, token)
+        common = dict(env=spec["environment"], secrets=spec["secrets"], flavor=plan.flavor, timeout=plan.timeout,
+                      labels=plan.labels, namespace=plan.namespace)
+        if plan.private:
+            job = api.run_job(image=plan.image, command=spec["command"],
+                              volumes=[Volume(**v) for v in spec["volumes"]], **common)
+        else:
+            job = api.run_uv_job(spec["command"][-1], image=plan.image, **common)
+    except HfHubHTTPError as err:
+        msg = str(err).splitlines()[0]
+        raise RhythmError(f"submitting the {plan.stage} job failed: {msg}") from None
+    return Submission(job.id, job.url, plan.run_repo, revision, redact(spec))

@@ -1,0 +1,124 @@
+"""``rhythm upload`` and ``rhythm sft --flavor`` against a fake Hub on 127.0.0.1, with the real client.
+
+The CLI runs in a subprocess: ``huggingface_hub`` reads ``HF_ENDPOINT`` once, at import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from ..fakehub import FakeHub
+from .helpers import write_episodes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def hub():
+    with FakeHub() as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hubdata") / "teacher_6ep.jsonl"
+    records = write_episodes(path, range(6))
+    (path.parent / (path.name + ".config.yaml")).write_text("teacher: bayes\nseeds: 0-5\n")
+    return path, records
+
+
+def rhythm(hub: FakeHub, tmp_path: Path, *args: str, token: bool = True, extra_env: dict | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(hub.env(tmp_path / "hf-home", token=token), **(extra_env or {}))
+    proc = subprocess.run([sys.executable, "-m", "rhythm.cli.main", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_upload_lands_files_and_dataset_card(hub, tmp_path, teacher):
+    path, records = teacher
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(path), "--repo", "tester/rhythm-teacher")
+    assert code == 0, err
+    repo = hub.repo("tester/rhythm-teacher", "dataset")
+    assert not repo.private
+    assert repo.files["teacher_6ep.jsonl"] == path.read_bytes()
+    assert repo.files["teacher_6ep.jsonl.config.yaml"] == b"teacher: bayes\nseeds: 0-5\n"
+    assert len(repo.commits) == 1  # one plain commit
+    card = repo.files["README.md"].decode()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["configs"][0]["data_files"][0]["path"] == ["teacher_6ep.jsonl"]
+    mean = sum(r["score"]["final_score"] for r in records) / 6
+    for fact in ("| record schema | 1 |", "| env_version | rhythm-v1 |", "| teacher | bayes (6 episodes) |",
+                 "| conditions | in-dist (6) |", "| split | train (6) |", "| seeds | in-dist/train: 0-5 |",
+                 "| episodes / steps | 6 / 168 |", f"{mean:.3f}", "| cost | $0.00"):
+        assert fact in card, fact
+    assert out.strip().split("\t")[0].endswith("/datasets/tester/rhythm-teacher")
+    auth = {r.headers.get("authorization") for r in hub.requests}
+    assert auth == {f"Bearer {hub.token}"}
+
+
+def test_upload_again_to_an_existing_private_repo(hub, tmp_path, teacher):
+    path, records = teacher
+    other = tmp_path / "api_teacher.jsonl"
+    rec = orjson.loads(orjson.dumps(records[0]))
+    rec.update(agent="openai", model="gpt-5.4", seed=40, usage={"cost_usd": 0.125, "prompt_tokens": 900, "completion_tokens": 100})
+    other.write_bytes(orjson.dumps(rec) + b"\n")
+    assert rhythm(hub, tmp_path, "upload", "--files", str(path), "--repo", "tester/t", "--private")[0] == 0
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(path), str(other), "--repo", "tester/t")
+    assert code == 0, err
+    repo = hub.repo("tester/t", "dataset")
+    assert repo.private and len(repo.commits) == 2 and repo.files["api_teacher.jsonl"] == other.read_bytes()
+    card = repo.files["README.md"].decode()
+    assert "openai (gpt-5.4) (1 episodes)" in card and "| cost | $0.12 (900 prompt + 100 completion tokens) |" in card
+    assert "in-dist/train: 0-5,40" in card
+
+
+def test_upload_model_folder_skips_checkpoints_and_writes_model_card(hub, tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoint-10").mkdir(parents=True)
+    (run / "checkpoint-10" / "optimizer.pt").write_bytes(b"x" * 100)
+    (run / "adapter_model.safetensors").write_bytes(b"weights")
+    (run / "README.md").write_text("peft's generic card")
+    (run / "sft_config.yaml").write_text("model_name_or_path: Qwen/Qwen2.5-3B-Instruct\n")
+    (run / "sft_summary.json").write_bytes(orjson.dumps({
+        "adapter": True, "global_step": 160, "epochs": 3.0, "train_loss_first": 1.9, "train_loss_last": 0.41,
+        "eval_loss_first": 1.8, "eval_loss_last": 0.52, "data": {"files": ["data/teacher_30ep.jsonl"], "train_examples": 756,
+        "validation_examples": 84, "train_episodes": 27, "validation_episodes": 3}}))
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(run), "--repo", "tester/student", "--repo-type", "model")
+    assert code == 0, err
+    files = hub.repo("tester/student", "model").files
+    assert set(files) == {".gitattributes", "adapter_model.safetensors", "README.md", "sft_config.yaml", "sft_summary.json"}
+    card = files["README.md"].decode()
+    assert "base_model: Qwen/Qwen2.5-3B-Instruct" in card and "library_name: peft" in card
+    assert "| validation loss (first -> last) | 1.800 -> 0.520 |" in card and "AutoPeftModelForCausalLM" in card
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--files", "missing.jsonl", "--repo", "tester/x"], "file not found: missing.jsonl"),
+        (["--files", "{teacher}", "--repo", "not-a-repo-id"], "--repo must look like user/name"),
+        (["--files", "{teacher}", "--repo", "tester/x", "--repo-type", "space"], "--repo-type must be dataset or model"),
+        (["--files", "{broken}", "--repo", "tester/x"], "broken.jsonl:2: not valid JSON"),
+    ],
+)
+def test_upload_bad_input_exits_2_with_one_line(hub, tmp_path, teacher, args, message):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(teacher[0].read_bytes().splitlines()[0] + b"\n{oops\n")
+    args = [a.format(teacher=teacher[0], broken=broken) for a in args]
+    code, out, err = rhythm(hub, tmp_path, "upload", *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert not hub.requests_to("/commit")
+
+
+def test_upload_without_token_says_how_to_log_in(hub, tmp_path, teacher):
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), "--repo", "tester/x", token=False)
+    assert code == 2 and "no Hugging Face token" in err and len(err.strip().splitlines()) == 1

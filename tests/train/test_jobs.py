@@ -1,0 +1,149 @@
+"""``rhythm sft --flavor``: the Hugging Face Jobs submission, checked on a fake Hub with the real client,
+and the job's own script run here as the job would run it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from ..fakehub import FakeHub
+from .helpers import write_episodes
+from .test_hub import REPO, rhythm
+
+JOB = ["sft", "--config", str(REPO / "configs" / "sft.yaml"), "--flavor", "a10g-large",
+       "--set", "hub_model_id=tester/rhythm-sft", "--set", "data_repo=tester/rhythm-teacher"]
+
+
+@pytest.fixture
+def hub():
+    with FakeHub() as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    path = tmp_path_factory.mktemp("jobdata") / "teacher.jsonl"
+    write_episodes(path, range(4))
+    return path
+
+
+def pep723(script: str) -> dict:
+    """The PEP 723 metadata block, parsed as the PEP's reference implementation does."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    m = re.search(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$", script)
+    assert m and m.group("type") == "script"
+    content = "".join(line[2:] if line.startswith("# ") else line[1:] for line in m.group("content").splitlines(keepends=True))
+    return tomllib.loads(content)
+
+
+def no_token_anywhere(hub: FakeHub, *texts: str) -> None:
+    for text in texts:
+        assert hub.token not in text
+
+
+def test_flavor_submits_a_job_with_flavor_secret_and_env(hub, tmp_path, teacher):
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--set", "hub_private=false", "--data", str(teacher))
+    assert code == 0, err
+    (job_id, spec), = [(k, v["spec"]) for k, v in hub.jobs.items()]
+    assert out.strip() == f"{job_id}\t{hub.url}/jobs/tester/{job_id}"
+    assert hub.requests_to("/api/jobs/tester", "POST")[0].headers["authorization"] == f"Bearer {hub.token}"
+    # the hardware, the image, the time limit
+    assert spec["flavor"] == "a10g-large" and spec["dockerImage"].startswith("ghcr.io/astral-sh/uv")
+    assert spec["timeoutSeconds"] == 3 * 3600
+    # the token travels only as a secret
+    assert spec["secrets"] == {"HF_TOKEN": hub.token}
+    env = spec["environment"]
+    no_token_anywhere(hub, orjson.dumps(env).decode(), " ".join(spec["command"]), orjson.dumps(spec.get("labels")).decode(), out, err)
+    assert env["RHYTHM_DATA_REPO"] == "tester/rhythm-teacher" and env["RHYTHM_DATA_FILES"] == "teacher.jsonl"
+    assert env["RHYTHM_OUTPUT_REPO"] == env["RHYTHM_JOB_REPO"] == "tester/rhythm-sft"
+    # the data went to the data repo first, with its card
+    data_repo = hub.repo("tester/rhythm-teacher", "dataset")
+    assert data_repo.files["teacher.jsonl"] == teacher.read_bytes() and "README.md" in data_repo.files
+    assert env["RHYTHM_DATA_REVISION"] == data_repo.head
+    # the script was committed to the run repo and the job runs it by URL, pinned to that commit
+    run_repo = hub.repo("tester/rhythm-sft")
+    revision = env["RHYTHM_JOB_REVISION"]
+    assert revision == run_repo.head and run_repo.commits[-1]["summary"].startswith("rhythm sft")
+    assert spec["command"] == ["uv", "run", f"{hub.url}/tester/rhythm-sft/resolve/{revision}/rhythm_job/run.py"]
+    assert "volumes" not in spec
+    script = run_repo.files["rhythm_job/run.py"].decode()
+    deps = pep723(script)["dependencies"]
+    assert {"trl==1.16.0", "peft==0.21.2", "transformers==5.23.0", "torch==2.13.0", "huggingface_hub==2.4.0"} <= set(deps)
+    config = run_repo.files["rhythm_job/config.yaml"].decode()
+    assert "model_name_or_path: Qwen/Qwen2.5-3B-Instruct" in config and "data: teacher.jsonl" in config
+    assert "rhythm_job/src/rhythm/train/sft.py" in run_repo.files
+    no_token_anywhere(hub, *(c.decode(errors="ignore") for c in run_repo.files.values()))
+
+
+def test_private_run_repo_is_mounted_not_fetched(hub, tmp_path, teacher):
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--set", "timeout=90m")
+    assert code == 0, err
+    (spec,) = [v["spec"] for v in hub.jobs.values()]
+    revision = spec["environment"]["RHYTHM_JOB_REVISION"]
+    assert hub.repo("tester/rhythm-sft").private and hub.repo("tester/rhythm-teacher", "dataset").private
+    assert spec["volumes"] == [{"type": "model", "source": "tester/rhythm-sft", "mountPath": "/rhythm-run",
+                                "revision": revision, "readOnly": True}]
+    assert spec["command"] == ["uv", "run", "/rhythm-run/rhythm_job/run.py"]
+    assert spec["environment"]["RHYTHM_JOB_DIR"] == "/rhythm-run/rhythm_job"
+    assert spec["timeoutSeconds"] == 90 * 60 and spec["secrets"] == {"HF_TOKEN": hub.token}
+
+
+def test_dry_run_prints_the_spec_and_sends_nothing(hub, tmp_path, teacher):
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--dry-run")
+    assert code == 0, err
+    assert hub.requests == []
+    spec = orjson.loads(out)
+    assert spec["flavor"] == "a10g-large" and spec["secrets"] == {"HF_TOKEN": "***"}
+    assert spec["environment"]["RHYTHM_DATA_FILES"] == "teacher.jsonl"
+    assert spec["would_upload"]["files"] == [str(teacher)] and spec["would_commit"]["repo"] == "tester/rhythm-sft"
+    no_token_anywhere(hub, out, err)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "hub_model_id=null"], "hub_model_id (the run's model repo) must look like user/name"),
+        (["--set", "data_repo=null"], "set data_repo=user/name"),
+        (["--flavor", "a10g-huge"], "unknown flavor 'a10g-huge'"),
+        (["--data", "-"], "a job cannot read stdin"),
+    ],
+)
+def test_flavor_bad_input_exits_2(hub, tmp_path, teacher, args, message):
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+    assert hub.requests == []
+
+
+@pytest.mark.slow
+def test_job_script_trains_and_pushes_to_the_hub(hub, tmp_path, teacher, tiny_student, rhythm_cache):
+    """Run the committed run.py as the job would (fetching its code and data from the Hub by itself)."""
+    code, _, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--set", "hub_private=false",
+                          "--set", "model_name_or_path=rhythm-tiny", "--max-steps", "2", "--set", "eval_steps=2",
+                          "--set", "per_device_train_batch_size=2", "--set", "bf16=false", "--set", "val_fraction=0",
+                          "--set", "gradient_checkpointing=false")
+    assert code == 0, err
+    (spec,) = [v["spec"] for v in hub.jobs.values()]
+    script = tmp_path / "run.py"
+    script.write_bytes(hub.repo("tester/rhythm-sft").files["rhythm_job/run.py"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(hub.env(tmp_path / "job-home", token=False), **spec["environment"], **spec["secrets"])
+    env.update(RHYTHM_CACHE=str(rhythm_cache), RHYTHM_OUTPUT_DIR=str(tmp_path / "out"), RHYTHM_NUM_PROCESSES="1",
+               PYTHONPATH="")
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    no_token_anywhere(hub, proc.stdout, proc.stderr)
+    files = hub.repo("tester/rhythm-sft").files
+    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "training_log.jsonl",
+                 "sft_config.yaml", "sft_summary.json", "README.md", "rhythm_job/run.py"):
+        assert name in files, name
+    assert not any(name.startswith("checkpoint-") for name in files)
+    summary = orjson.loads(files["sft_summary.json"])
+    assert summary["global_step"] == 2 and summary["data"]["files"][0].endswith("teacher.jsonl")
+    # it ran the stage module with the committed config (the source beside it comes first on PYTHONPATH)
+    assert re.search(r"rhythm job: \S+ -m rhythm\.train\.sft --config \S+/rhythm_job/config\.yaml data=", proc.stderr)
+    assert [line for line in files["training_log.jsonl"].splitlines() if b'"stage":"sft"' in line]

@@ -1,0 +1,52 @@
+"""``rhythm sft`` on bad input: one clear line on stderr, exit code 2, before anything heavy runs."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from .helpers import write_episodes
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    path = tmp_path_factory.mktemp("clidata") / "t.jsonl"
+    write_episodes(path, [0, 1])
+    return path
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "nope.jsonl"], "file not found: nope.jsonl"),
+        (["--data", "{broken}"], "broken.jsonl:2: not valid JSON"),
+        (["--data", "{teacher}", "--set", "lora_rank=8"], "unknown key 'lora_rank' for SFTRunConfig; did you mean 'lora_r'?"),
+        (["--data", "{teacher}", "--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
+        (["--data", "{teacher}", "--set", "bf16=maybe"], "bf16='maybe' is not a valid"),
+        (["--data", "{teacher}", "--max-steps", "0"], "max_steps must be positive or -1"),
+        (["--data", "{teacher}", "--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
+        (["--data", "{teacher}", "--config", "nope.yaml"], "config file not found: nope.yaml"),
+        (["--data", "{teacher}", "--set", "push_to_hub=true"], "push_to_hub needs hub_model_id"),
+        (["--data", "{teacher}", "--set", "min_score=1.5"], "no training examples left"),
+        (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no checkpoint-N folder in"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, message):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(teacher.read_bytes().splitlines()[0] + b"\n{\"schema\": \n")
+    args = [a.format(teacher=teacher, broken=broken, tmp=tmp_path) for a in args]
+    code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "-o", str(tmp_path / "out"), *args)
+    assert code == 2, err
+    assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out" / "training_log.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_sft_command_trains_and_prints_the_summary(run_cli, tmp_path, teacher, tiny_student):
+    out = tmp_path / "run"
+    code, stdout, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "--data", str(teacher), "-o", str(out),
+                                "--max-steps", "2", "--set", "val_fraction=0", "--set", "per_device_train_batch_size=2", "-q")
+    assert code == 0, err
+    summary = orjson.loads(stdout)  # stdout holds the result only; logs went to stderr
+    assert summary["global_step"] == 2 and summary["output_dir"] == str(out) and summary["eval_loss_last"] is None
+    assert "sft: 2 steps, train loss" in err and (out / "adapter_model.safetensors").exists()
