@@ -18,7 +18,7 @@ def _ci(stat: dict[str, Any] | None) -> str:
 
 def print_eval_table(results: dict[str, Any]) -> None:
     table = Table(title=f"rhythm eval: {results['agent']} ({results['env_version']}, grader {results['grader']})")
-    for col in ("condition", "n", "final v3 [95% CI]", "v2", "behaviour", "MAE", "prior MAE", "win/rand", "win/heur", "norm", "parse fail"):
+    for col in ("condition", "n", "final v3 [95% CI]", "v2 [95% CI]", "behaviour", "MAE", "prior MAE", "win/rand", "win/heur", "norm", "parse fail"):
         table.add_column(col, justify="right" if col != "condition" else "left")
     for cond, r in results["conditions"].items():
         win = r["win_rate_vs"]
@@ -26,7 +26,7 @@ def print_eval_table(results: dict[str, Any]) -> None:
             cond,
             str(r["episodes"]),
             _ci(r["final_score"]),
-            f"{r['final_score_v2']['mean']:.3f}",
+            _ci(r["final_score_v2"]),
             f"{r['behaviour_score']['mean']:.3f}",
             "-" if r["belief_mae"]["mean"] is None else f"{r['belief_mae']['mean']:.3f}",
             f"{r['belief_mae_prior']:.3f}",

@@ -1,0 +1,237 @@
+"""``rhythm plot``: three valid PNGs, and the series they draw come from the inputs."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from rhythm.env.constants import EPISODE_STEPS
+from rhythm.errors import RhythmError
+from rhythm.eval.evaluate import EvalConfig, run_eval
+from rhythm.eval.plots import (
+    PUBLISHED_V2,
+    PlotConfig,
+    agent_label,
+    belief_curves,
+    load_results,
+    make_plots,
+    score_bars,
+    training_series,
+)
+
+SFT_LOG = [
+    {"loss": 5.2, "grad_norm": 3.1, "learning_rate": 0.002, "epoch": 0.1, "step": 5, "stage": "sft"},
+    {"eval_loss": 4.9, "eval_runtime": 1.0, "epoch": 0.1, "step": 5, "stage": "sft"},
+    {"loss": 3.0, "grad_norm": 2.0, "learning_rate": 0.002, "epoch": 0.2, "step": 10, "stage": "sft"},
+    {"loss": 1.5, "grad_norm": 1.0, "learning_rate": 0.002, "epoch": 0.3, "step": 15, "stage": "sft"},
+    {"eval_loss": 1.7, "eval_runtime": 1.0, "epoch": 0.3, "step": 15, "stage": "sft"},
+    {"train_runtime": 30.0, "train_loss": 3.2, "epoch": 0.3, "step": 15, "stage": "sft"},
+]
+GRPO_LOG = [
+    {"loss": 0.01, "reward": 0.30, "reward_std": 0.10, "rewards/final_score/mean": 0.25, "rewards/format/mean": 0.05,
+     "step": 1, "stage": "grpo"},
+    {"loss": 0.02, "reward": 0.40, "reward_std": 0.08, "rewards/final_score/mean": 0.32, "rewards/format/mean": 0.08,
+     "step": 2, "stage": "grpo"},
+    {"loss": 0.00, "reward": 0.45, "reward_std": 0.05, "rewards/final_score/mean": 0.36, "rewards/format/mean": 0.09,
+     "step": 3, "stage": "grpo"},
+]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def write_log(directory: Path, entries: list[dict]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "training_log.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in entries))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bayes_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real eval of the bayes teacher (it states beliefs), with its episodes JSONL beside it."""
+    out = tmp_path_factory.mktemp("eval") / "bayes" / "eval_results_v2.json"
+    run_eval(EvalConfig(agent="bayes", episodes=3, output=str(out)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def heuristic_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("eval") / "heuristic" / "eval_results_v2.json"
+    run_eval(EvalConfig(agent="heuristic", episodes=3, condition="in-dist", output=str(out)))
+    return out
+
+
+def test_plot_cli_writes_three_valid_pngs(run_cli, bayes_results: Path, heuristic_results: Path, tmp_path: Path) -> None:
+    sft = write_log(tmp_path / "sft", SFT_LOG)
+    grpo = write_log(tmp_path / "grpo", GRPO_LOG)
+    out = tmp_path / "plots"
+    # several files after one --results, as the usage line reads
+    code, stdout, err = run_cli("plot", "--results", str(bayes_results), str(heuristic_results),
+                                "--log", str(sft), "--log", str(grpo), "--out", str(out))
+    assert code == 0, err
+    names = ["final_scores.png", "belief_accuracy.png", "training_loss.png"]
+    assert stdout.split() == [str(out / n) for n in names]
+    for name in names:
+        w, h = png_size(out / name)
+        assert 800 <= w <= 4000 and 500 <= h <= 3000, (name, w, h)
+        assert (out / name).stat().st_size > 20_000  # drawn, not blank
+    assert not list(out.glob("*.tmp"))
+
+
+def test_only_what_was_given_is_drawn(run_cli, bayes_results: Path, tmp_path: Path) -> None:
+    code, stdout, err = run_cli("plot", "--log", str(write_log(tmp_path / "sft", SFT_LOG)), "--out", str(tmp_path / "p"))
+    assert code == 0, err
+    assert stdout.split() == [str(tmp_path / "p" / "training_loss.png")]
+    assert "no --results given" in err
+    lonely = tmp_path / "copied" / "results.json"  # a results file without its episodes JSONL
+    lonely.parent.mkdir()
+    lonely.write_bytes(bayes_results.read_bytes())
+    code, stdout, err = run_cli("plot", "--results", str(lonely), "--out", str(tmp_path / "q"))
+    assert code == 0, err
+    assert stdout.split() == [str(tmp_path / "q" / "final_scores.png")]
+    assert "results.episodes.jsonl" in err and "no --log given" in err
+
+
+def test_final_score_bars_come_from_the_results(bayes_results: Path, tmp_path: Path) -> None:
+    res = load_results(bayes_results)
+    bars = score_bars([(bayes_results, res)])
+    ours = {(b.condition, b.grader): b for b in bars if b.kind == "agent"}
+    for cond, entry in res["conditions"].items():
+        assert ours[(cond, "v3")].mean == entry["final_score"]["mean"]
+        assert ours[(cond, "v3")].ci95 == tuple(entry["final_score"]["ci95"])
+        assert ours[(cond, "v2")].mean == entry["final_score_v2"]["mean"]
+        refs = {(b.agent, b.grader): b for b in bars if b.kind == "reference" and b.condition == cond}
+        assert set(refs) == {(n, g) for n in ("random", "heuristic", "oracle") for g in ("v2", "v3")}
+        assert refs[("oracle", "v3")].mean == entry["references"]["oracle"]["final_score"]
+        assert refs[("random", "v2")].mean == entry["references"]["random"]["final_score_v2"]
+        assert all(b.ci95 is None for b in refs.values())
+    published = {(b.agent, b.condition): b.mean for b in bars if b.kind == "published"}
+    assert published[("random", "in-dist")] == 0.402 and published[("3B student, SFT+GRPO", "discrete")] == 0.520
+    assert ("LLM teacher (gpt-5.4)", "discrete") not in published
+    assert len(published) == sum(len(v) for v in PUBLISHED_V2.values()) == 14
+    assert {b.grader for b in bars if b.kind == "published"} == {"v2"}
+    # change an input, the bar follows
+    changed = orjson.loads(bayes_results.read_bytes())
+    changed["conditions"]["ood"]["final_score"] = {"mean": 0.123, "ci95": [0.1, 0.15]}
+    again = score_bars([(bayes_results, changed)])
+    bar = next(b for b in again if b.kind == "agent" and b.condition == "ood" and b.grader == "v3")
+    assert (bar.mean, bar.ci95) == (0.123, (0.1, 0.15))
+
+
+def test_an_agent_evaluated_in_its_own_right_is_not_repeated_as_a_reference(bayes_results: Path, heuristic_results: Path) -> None:
+    bars = score_bars([(bayes_results, load_results(bayes_results)), (heuristic_results, load_results(heuristic_results))])
+    heur = [b for b in bars if b.agent == "heuristic" and b.condition == "in-dist" and b.grader == "v3"]
+    assert [b.kind for b in heur] == ["agent"] and heur[0].ci95 is not None
+    assert agent_label("model:/data/runs/sft-tiny/adapter") == "model:sft-tiny/adapter"
+    assert agent_label("bayes") == "bayes"
+
+
+def test_belief_curves_are_computed_from_the_episodes(bayes_results: Path, tmp_path: Path) -> None:
+    from rhythm.env.profiles import belief_of, sample_profiles
+
+    res = load_results(bayes_results)
+    curves, notes = belief_curves([(bayes_results, res)])
+    assert notes == [] and [c.condition for c in curves] == ["in-dist", "ood", "discrete"]
+    episodes = [orjson.loads(line) for line in bayes_results.with_name("eval_results_v2.episodes.jsonl").read_bytes().splitlines()]
+    for curve in curves:
+        recs = [r for r in episodes if r["condition"] == curve.condition]
+        assert curve.episodes == len(recs) == 3 and curve.mean.shape == (EPISODE_STEPS,)
+        # by hand: step 5's MAE averaged over the episodes
+        truths = belief_of(sample_profiles(curve.condition, "eval", np.array([r["seed"] for r in recs])))
+        by_hand = np.mean([np.abs(np.array(r["steps"][5]["belief"]) - t).mean() for r, t in zip(recs, truths, strict=True)])
+        assert curve.mean[5] == pytest.approx(by_hand, abs=1e-4)  # beliefs are stored to 4 decimals
+        # the last step is what the grader scores, and the prior line is the report's prior
+        entry = res["conditions"][curve.condition]
+        assert curve.mean[-1] == pytest.approx(entry["belief_mae"]["mean"], abs=1e-4)
+        assert curve.prior == pytest.approx(entry["belief_mae_prior"], abs=1e-6)
+        assert np.all(curve.low <= curve.mean + 1e-12) and np.all(curve.mean <= curve.high + 1e-12)
+        assert (curve.stated == 3).all()
+    # change one stated belief: the curve follows
+    edited = tmp_path / "edited.json"
+    edited.write_bytes(bayes_results.read_bytes())
+    rec = dict(episodes[0])
+    rec["steps"] = [dict(s) for s in rec["steps"]]
+    rec["steps"][5]["belief"] = [1.0, 1.0, 1.0]
+    rec["steps"][6]["belief"] = None  # and one step without a belief
+    lines = [orjson.dumps(rec)] + [orjson.dumps(r) for r in episodes[1:]]
+    edited.with_name("edited.episodes.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    moved, _ = belief_curves([(edited, res)])
+    first = next(c for c in moved if c.condition == rec["condition"])
+    before = next(c for c in curves if c.condition == rec["condition"])
+    assert first.mean[5] != pytest.approx(before.mean[5])
+    assert first.stated[6] == 2 and first.mean[7] == pytest.approx(before.mean[7])
+
+
+def test_training_series_reads_trl_log_history(tmp_path: Path) -> None:
+    sft = training_series(write_log(tmp_path / "sft", SFT_LOG))
+    assert sft.label == "sft"
+    assert sft.train_loss == ([5.0, 10.0, 15.0], [5.2, 3.0, 1.5])  # train_loss summary entry is not a point
+    assert sft.eval_loss == ([5.0, 15.0], [4.9, 1.7])
+    assert sft.reward == ([], [])
+    grpo = training_series(write_log(tmp_path / "grpo", GRPO_LOG) / "training_log.jsonl")
+    assert grpo.reward == ([1.0, 2.0, 3.0], [0.30, 0.40, 0.45]) and grpo.reward_std == [0.10, 0.08, 0.05]
+    assert grpo.reward_funcs == {"final_score": ([1.0, 2.0, 3.0], [0.25, 0.32, 0.36]),
+                                 "format": ([1.0, 2.0, 3.0], [0.05, 0.08, 0.09])}
+    assert grpo.train_loss == ([], [])  # GRPO's policy loss is not an SFT loss
+    # no stage: a reward makes it GRPO
+    unlabeled = training_series(write_log(tmp_path / "old", [{k: v for k, v in e.items() if k != "stage"} for e in GRPO_LOG]))
+    assert unlabeled.reward[1] == [0.30, 0.40, 0.45]
+
+
+@pytest.mark.parametrize(
+    "setup, needle",
+    [
+        (lambda d: [], "nothing to plot"),
+        (lambda d: ["--results", str(d / "missing.json")], "file not found"),
+        (lambda d: ["--results", str(_write(d / "broken.json", b'{"agent": "x", '))], "not valid JSON"),
+        (lambda d: ["--results", str(_write(d / "other.json", b'{"hello": 1}'))], "not a rhythm eval results file"),
+        (lambda d: ["--log", str(d / "nolog")], "training log not found"),
+        (lambda d: ["--log", str(_write(d / "bad" / "training_log.jsonl", b'{"loss": 1, "step": 1}\n{"loss": \n'))],
+         "training_log.jsonl:2: not valid JSON"),
+        (lambda d: ["--log", str(_write(d / "empty" / "training_log.jsonl", b'{"train_runtime": 3}\n'))], "no loss"),
+    ],
+)
+def test_bad_plot_input_is_one_line_and_exit_2(run_cli, tmp_path: Path, setup, needle: str) -> None:
+    code, _, err = run_cli("plot", *setup(tmp_path), "--out", str(tmp_path / "out"))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("rhythm: error:") and needle in lines[0], err
+    assert not (tmp_path / "out").exists()  # nothing drawn from bad input
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def test_make_plots_is_a_library_call(bayes_results: Path, tmp_path: Path) -> None:
+    summary = make_plots(PlotConfig(results=[str(bayes_results)], out=str(tmp_path / "lib"), dpi=60))
+    assert [p.name for p in summary.written] == ["final_scores.png", "belief_accuracy.png"]
+    small = png_size(summary.written[0])
+    big = png_size(make_plots(PlotConfig(results=[str(bayes_results)], out=str(tmp_path / "big"), dpi=120)).written[0])
+    assert big[0] == pytest.approx(2 * small[0], rel=0.05)
+    with pytest.raises(RhythmError, match="dpi"):
+        make_plots(PlotConfig(results=[str(bayes_results)], dpi=5))
+
+
+def test_broken_episode_records_name_their_line(run_cli, bayes_results: Path, tmp_path: Path) -> None:
+    results = tmp_path / "r.json"
+    results.write_bytes(bayes_results.read_bytes())
+    lines = bayes_results.with_name("eval_results_v2.episodes.jsonl").read_bytes().splitlines()
+    episodes = results.with_name("r.episodes.jsonl")
+    episodes.write_bytes(lines[0] + b"\n" + lines[1][:50] + b"\n")
+    code, _, err = run_cli("plot", "--results", str(results), "--out", str(tmp_path / "out"))
+    assert code == 2 and f"{episodes}:2: not valid JSON" in err
+    rec = orjson.loads(lines[0])
+    rec["steps"][3]["belief"] = [0.5, 0.5]
+    episodes.write_bytes(orjson.dumps(rec) + b"\n")
+    code, _, err = run_cli("plot", "--results", str(results), "--out", str(tmp_path / "out"))
+    assert code == 2 and f"{episodes}:1: step 3: belief" in err
+    assert not (tmp_path / "out").exists()  # every input is read before anything is drawn
