@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - older typer on real click
 
 from rhythm.cli.eval import eval_command
 from rhythm.cli.generate import generate_command
+from rhythm.cli.grpo import grpo_command
 from rhythm.cli.plot import plot_command
 from rhythm.cli.reeval import reeval_command
 from rhythm.cli.sft import sft_command
@@ -44,6 +45,7 @@ app.command("reeval")(reeval_command)
 app.command("eval")(eval_command)
 app.command("plot")(plot_command)
 app.command("sft")(sft_command)
+app.command("grpo")(grpo_command)
 app.command("upload")(upload_command)
 
 

@@ -1,7 +1,9 @@
-"""Hugging Face Jobs: run a training stage (``sft``, later ``grpo``) on Hub hardware with the same code.
+"""Hugging Face Jobs: run a training stage (``sft`` or ``grpo``) on Hub hardware with the same code.
 
     rhythm sft --config configs/sft.yaml --flavor a10g-large \\
         --set hub_model_id=me/rhythm-sft --set data_repo=me/rhythm-teacher [--dry-run]
+    rhythm grpo --config configs/grpo.yaml --flavor a10g-large --set adapter=me/rhythm-sft \\
+        --set hub_model_id=me/rhythm-grpo --set data_repo=me/rhythm-teacher [--dry-run]
 
 What happens, in order (``--dry-run`` prints the plan and the job spec, token redacted, and stops
 before the first request):
@@ -224,8 +226,13 @@ def plan_job(
     namespace: str | None = None,
     private: bool = True,
     config_overrides: dict[str, Any] | None = None,
+    packages: tuple[str, ...] = JOB_PACKAGES,
 ) -> JobPlan:
-    """Check the request and build the plan: files for the run repo, environment, data to upload."""
+    """Check the request and build the plan: files for the run repo, environment, data to upload.
+
+    ``packages`` are pinned in the job script to the versions installed here (``rhythm grpo`` adds
+    ``vllm`` when ``use_vllm`` is on, so it must be installed here too).
+    """
     from huggingface_hub import JobHardware
 
     run_repo = check_repo_id(run_repo, "hub_model_id (the run's model repo)")
@@ -257,7 +264,7 @@ def plan_job(
     job_config.update({"data": ",".join(names), "flavor": None, "push_to_hub": True, "hub_model_id": run_repo,
                        "resume_from_checkpoint": None})
     files = {
-        f"{JOB_DIR}/run.py": run_script(stage).encode(),
+        f"{JOB_DIR}/run.py": run_script(stage, pinned_dependencies(packages)).encode(),
         f"{JOB_DIR}/config.yaml": yaml.safe_dump(job_config, sort_keys=False).encode(),
         **package_sources(),
     }

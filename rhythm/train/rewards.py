@@ -15,6 +15,10 @@ state. Rewards reuse the grader and the planner, so RL and evaluation cannot dis
   under the true profile with the planner's greedy continuation, over ``ROLLOUT_SAMPLES`` noise draws
   (planning noise, never the episode's own). An unparseable reply is valued as the fallback action the
   env would play.
+- ``final_score``: episode mode only (``rhythm grpo`` with ``mode: episode``). The final score (v3) of
+  the whole week this reply was part of, graded by ``rhythm.grader.score_episode`` when the student
+  finished playing it (:mod:`rhythm.train.grpo`). Every turn of a week gets its week's score, and GRPO
+  compares it with the other weeks of the same person: the reward the eval reports, with no proxy.
 """
 
 from __future__ import annotations
@@ -123,10 +127,16 @@ def action_value_reward(prompts: list[Any], completions: list[Any], **kwargs: An
     return out
 
 
+def final_score_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """The final score of the week each reply was played in (episode mode; column ``final_score``)."""
+    return [float(x) for x in _column(kwargs, "final_score", len(completions))]
+
+
 REWARD_FUNCS: dict[str, RewardFunc] = {
     "format": format_reward,
     "belief": belief_reward,
     "action_value": action_value_reward,
+    "final_score": final_score_reward,
 }
 
 

@@ -1,0 +1,62 @@
+"""``rhythm grpo``: refine the SFT student with GRPO, rewarded by the benchmark, here or on Hugging Face Jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, overrides
+
+
+def grpo_command(
+    adapter: Annotated[Optional[str], typer.Option("--adapter", help="SFT LoRA adapter to refine (rhythm sft's output dir, or a Hub repo id).")] = None,
+    data: Annotated[Optional[str], typer.Option("--data", help="Teacher episodes JSONL whose states become prompts (comma-separated; - for stdin).")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="step: one recorded state per prompt; episode: play whole weeks, reward = final score.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Base model (default: the adapter's own base).")] = None,
+    output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Adapter, checkpoints, training_log.jsonl, reward_log.jsonl, config.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output dir.")] = False,
+    flavor: Annotated[Optional[str], typer.Option("--flavor", help="Run on Hugging Face Jobs on this hardware, e.g. a10g-large.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --flavor: print the job spec (token redacted) and send nothing.")] = False,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """GRPO from the SFT adapter with rewards from the env (format, belief, action value; or whole-week scores)."""
+    import sys
+
+    import orjson
+
+    from rhythm.cli.ui import err_console
+    from rhythm.config import load_config
+    from rhythm.errors import RhythmError
+    from rhythm.train.grpo import GRPORunConfig, data_paths, run_grpo, validate
+
+    given = {"adapter": adapter, "data": data, "mode": mode, "model_name_or_path": model, "output_dir": output_dir,
+             "max_steps": max_steps, "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None}
+    cfg = load_config(GRPORunConfig, config, overrides(given, set_))
+    if dry_run and not cfg.flavor:
+        raise RhythmError("--dry-run describes a Hugging Face Jobs submission; add --flavor (e.g. a10g-large)")
+    validate(cfg)
+    if cfg.flavor:
+        from rhythm.train.jobs import JOB_PACKAGES, plan_job, submit_job
+
+        plan = plan_job("grpo", cfg, run_repo=cfg.hub_model_id, data=data_paths(cfg), data_repo=cfg.data_repo,
+                        flavor=cfg.flavor, timeout=cfg.timeout, namespace=cfg.namespace, private=cfg.hub_private,
+                        packages=JOB_PACKAGES + (("vllm",) if cfg.use_vllm else ()))
+        sub = submit_job(plan, dry_run=dry_run, say=err_console.print)
+        if sub.dry_run:
+            sys.stdout.write(orjson.dumps(sub.spec, option=orjson.OPT_INDENT_2).decode() + "\n")
+            err_console.print("dry run: nothing was sent")
+            return
+        sys.stdout.write(f"{sub.job_id}\t{sub.url}\n")
+        err_console.print(f"submitted job {sub.job_id} on {cfg.flavor}: {sub.url}; the adapter lands in {sub.run_repo}")
+        return
+    summary = run_grpo(cfg, quiet=quiet, log=err_console.print)
+    parts = [f"{name} {v['first']:.3f} -> {v['last']:.3f}" for name, v in summary["rewards"].items() if v["first"] is not None]
+    err_console.print(
+        f"grpo ({summary['mode']}): {summary['global_step']} steps, {summary['seconds']:.0f} s; mean reward per function "
+        + ", ".join(parts) + f" -> {summary['output_dir']}"
+    )
+    sys.stdout.write(orjson.dumps(summary).decode() + "\n")

@@ -1,0 +1,340 @@
+"""``rhythm grpo``: bad input, the Hugging Face Jobs spec, and tiny GRPO runs on CPU in both modes (step:
+every group scored in one state; episode: whole weeks played and graded as eval grades them)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+import yaml
+
+from rhythm.config import load_config
+from rhythm.env.batched import BatchedRhythmEnv
+from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
+from rhythm.grader import score_episode
+from rhythm.train.grpo import GRPORunConfig, assign_weeks
+from rhythm.train.rewards import action_value_reward, belief_reward, format_reward
+from rhythm.train.sft import SFTRunConfig, read_training_log, run_sft
+
+from .helpers import write_episodes
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_CONFIG = str(REPO / "configs" / "grpo-tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    path = tmp_path_factory.mktemp("grpo") / "teacher.jsonl"
+    write_episodes(path, range(3))
+    return path
+
+
+def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder all xdist workers of this session share (the plain basetemp without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def sft_adapter(tmp_path_factory, tiny_student) -> Path:
+    """A tiny SFT adapter on BELIEF/ACTION-only replies (as configs/sft-tiny.yaml trains), 30 steps on 3
+    episodes: enough that some sampled replies parse, so GRPO groups have rewards that differ.
+    Built once per session, shared by every worker; read-only."""
+    shared = _shared_dir(tmp_path_factory) / "rhythm-grpo-sft"
+    shared.mkdir(exist_ok=True)
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "adapter"
+        if not (out / "sft_summary.json").exists():
+            data = shared / "teacher.jsonl"
+            if not data.exists():
+                write_episodes(data, range(3))
+            if out.exists():
+                shutil.rmtree(out)
+            run_sft(SFTRunConfig(
+                model_name_or_path="rhythm-tiny", data=str(data), output_dir=str(out), strip_reasoning=True,
+                max_steps=30, learning_rate=3e-3, lr_scheduler_type="constant", warmup_ratio=0.0,
+                per_device_train_batch_size=4, gradient_accumulation_steps=1, lora_dropout=0.0, val_fraction=0.0,
+                eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False, gradient_checkpointing=False,
+            ), quiet=True, log=lambda msg: None)
+    return out
+
+
+def _reply_cols(line: dict) -> dict:
+    return {k: [line[k]] for k in ("condition", "split", "seed", "t", "prefix")}
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "nope.jsonl"], "file not found: nope.jsonl"),
+        (["--data", "{broken}"], "broken.jsonl:2: not valid JSON"),
+        (["--data", "{tampered}"], "tampered.jsonl:1: episode in-dist/train/0 does not replay"),
+        (["--adapter", "{tmp}/nope"], "adapter not found:"),
+        (["--mode", "week"], "mode must be step or episode, got 'week'"),
+        (["--set", "reward_funcs=[format,vibes]"], "unknown reward function(s) vibes"),
+        (["--set", "reward_weights=[1.0]"], "reward_weights has 1 values for 3 reward_funcs"),
+        (["--set", "reward_funcs=[final_score]", "--set", "reward_weights=null"], "final_score is the score of a played week: it needs mode=episode"),
+        (["--set", "num_generations=1"], "num_generations must be >= 2"),
+        (["--set", "per_device_train_batch_size=12"], "(12 completions) must be divisible by num_generations (8)"),
+        (["--mode", "episode", "--set", "per_device_train_batch_size=5"], "per_device_train_batch_size (5) must divide it"),
+        (["--mode", "episode", "--set", "max_prompts=10"], "max_prompts applies to mode=step"),
+        (["--set", "lora_rank=8"], "unknown key 'lora_rank' for GRPORunConfig; did you mean 'lora_r'?"),
+        (["--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
+        (["--max-steps", "0"], "max_steps must be positive or -1"),
+        (["--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
+        (["--flavor", "a10g-large", "--set", "hub_model_id=me/x", "--set", "data_repo=me/d"], "a job cannot read the local adapter"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, message):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(teacher.read_bytes().splitlines()[0] + b"\n{\"schema\": \n")
+    record = orjson.loads(teacher.read_bytes().splitlines()[0])
+    record["steps"][3]["meters"][0] += 0.05
+    (tmp_path / "tampered.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    args = [a.format(broken=broken, tampered=tmp_path / "tampered.jsonl", tmp=tmp_path) for a in args]
+    code, out, err = run_cli("grpo", "--config", TINY_CONFIG, "--adapter", str(adapter), "--data", str(teacher),
+                             "-o", str(tmp_path / "out"), *args)
+    assert code == 2, err
+    assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out" / "training_log.jsonl").exists()
+
+
+def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
+    args = ["grpo", "--config", str(REPO / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
+            "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "data_repo=tester/rhythm-teacher"]
+    code, out, err = run_cli(*args, "--dry-run")
+    assert code == 0, err
+    spec = orjson.loads(out)
+    assert spec["flavor"] == "a10g-large" and spec["labels"] == {"rhythm-stage": "grpo"} and spec["timeout"] == "4h"
+    assert spec["environment"]["RHYTHM_STAGE"] == "grpo" and spec["environment"]["RHYTHM_OUTPUT_REPO"] == "tester/rhythm-grpo"
+    assert spec["environment"]["RHYTHM_DATA_FILES"] == "teacher.jsonl"
+    assert spec["secrets"]["HF_TOKEN"] in ("***", "<not set>")
+    assert spec["would_upload"] == {"data_repo": "tester/rhythm-teacher", "files": [str(teacher)]}
+    assert spec["would_commit"]["repo"] == "tester/rhythm-grpo" and spec["would_commit"]["script"] == "rhythm_job/run.py"
+    assert "dry run: nothing was sent" in err
+
+    # the committed files: a job script that runs the grpo stage, and a config the stage itself accepts
+    from rhythm.train.jobs import plan_job
+
+    cfg = load_config(GRPORunConfig, REPO / "configs" / "grpo.yaml", {"adapter": "tester/rhythm-sft", "data": str(teacher)})
+    plan = plan_job("grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
+                    flavor="a10g-large", timeout=cfg.timeout)
+    assert 'STAGE = "grpo"' in plan.files["rhythm_job/run.py"].decode()
+    assert "rhythm_job/src/rhythm/train/grpo.py" in plan.files and "rhythm_job/src/rhythm/train/rewards.py" in plan.files
+    job_cfg = load_config(GRPORunConfig, None, yaml.safe_load(plan.files["rhythm_job/config.yaml"]))
+    assert job_cfg.adapter == "tester/rhythm-sft" and job_cfg.data == "teacher.jsonl" and job_cfg.push_to_hub
+    assert job_cfg.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct" and job_cfg.flavor is None
+
+    # use_vllm pins vllm in the job script, so it must be installed here
+    from importlib.util import find_spec
+
+    code, out, err = run_cli(*args, "--set", "use_vllm=true", "--dry-run")
+    if find_spec("vllm") is None:
+        assert code == 2 and "vllm is not installed" in err, err
+    else:  # pragma: no cover - a machine with vllm
+        assert code == 0 and any(line.startswith("#   \"vllm==") for line in plan_job(
+            "grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
+            flavor="a10g-large", timeout=cfg.timeout, packages=("vllm",)).files["rhythm_job/run.py"].decode().splitlines())
+
+
+@pytest.mark.parametrize("name", ["grpo.yaml", "grpo-tiny.yaml", "grpo-tiny-episode.yaml"])
+def test_shipped_configs_make_valid_trl_configs(name, tmp_path, teacher):
+    """Every shipped config passes validation and TRL's own GRPOConfig checks (batch divisibility...)."""
+    from rhythm.train.grpo import episode_batch, grpo_config, resolve_precision, validate
+
+    (tmp_path / "adapter").mkdir()
+    cfg = load_config(GRPORunConfig, REPO / "configs" / name, {"adapter": str(tmp_path / "adapter"), "data": str(teacher)})
+    validate(cfg)
+    args = grpo_config(cfg, resolve_precision(cfg, cuda=False))
+    assert args.bf16 is False and args.gradient_checkpointing is False and args.num_generations == cfg.num_generations
+    assert args.generation_batch_size % args.num_generations == 0 and args.reward_weights == cfg.reward_weights
+    if cfg.mode == "episode":  # one batch of whole weeks per optimizer step, rows kept in order
+        assert args.generation_batch_size == episode_batch(cfg) == args.per_device_train_batch_size * args.gradient_accumulation_steps
+        assert args.shuffle_dataset is False
+    else:
+        assert args.shuffle_dataset is True
+
+
+def test_rows_are_assigned_to_weeks_in_arrival_order():
+    a, b = ("in-dist", "train", 3, 0), ("in-dist", "train", 3, 7)
+    assert assign_weeks([a, a, b, b, a]) == [0, 1, 0, 1, 2]
+
+
+# ------------------------------------------------------------------------------------- tiny runs
+
+
+@pytest.mark.slow
+def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher, sft_adapter):
+    """Three steps from the SFT adapter through the CLI, with the student's own rollouts among the prompts
+    and a KL term; the adapter, logs and config are saved and every reward is reproducible from its row."""
+    sft_out = sft_adapter
+    out = tmp_path / "grpo"
+    code, stdout, err = run_cli(
+        "grpo", "--config", TINY_CONFIG, "--adapter", str(sft_out), "--data", str(teacher), "-o", str(out),
+        "--max-steps", "3", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
+        "--set", "max_completion_length=24", "--set", "logging_steps=1", "--set", "every_k_steps=2",
+        "--set", "rollout_seeds=0", "--set", "rollout_conditions=[discrete]", "--set", "beta=0.04", "-q")
+    assert code == 0, err
+    summary = orjson.loads(stdout)
+    assert summary["global_step"] == 3 and summary["mode"] == "step" and summary["reward_batches"] == 3
+    said = " ".join(err.split())  # the console wraps long lines
+    assert "grpo (step): 3 steps" in said and "student rollouts: 1 episodes played" in said
+    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "grpo_config.yaml", "training_log.jsonl",
+                 "reward_log.jsonl", "prompts_report.json", "grpo_summary.json", "student_rollouts.jsonl"):
+        assert (out / name).exists(), name
+    assert not (out / "ref").exists(), "TRL's frozen reference adapter was saved as part of the result"
+
+    # the adapter is the SFT one, trained further: same shape and base, different weights
+    from safetensors.numpy import load_file
+
+    before, after = load_file(sft_out / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
+    assert set(before) == set(after)
+    assert max(float(np.abs(after[k] - before[k]).max()) for k in before) > 1e-4
+    adapter_in, adapter_out = (orjson.loads((d / "adapter_config.json").read_bytes()) for d in (sft_out, out))
+    assert adapter_out["base_model_name_or_path"] == adapter_in["base_model_name_or_path"] and adapter_out["r"] == adapter_in["r"]
+
+    # prompts: teacher states (every 2nd step) and the student's own rollout
+    report = orjson.loads((out / "prompts_report.json").read_bytes())
+    assert report["by_condition"] == {"in-dist": 42, "discrete": 14} and report["prompts"] == 56
+    assert report["by_source"]["bayes"] == 42 and sum(report["by_source"].values()) == 56
+    rollout = orjson.loads((out / "student_rollouts.jsonl").read_bytes())
+    assert rollout["agent"] == f"model:{sft_out}" and rollout["split"] == "train" and len(rollout["steps"]) == EPISODE_STEPS
+
+    # the training log: TRL's history with stage grpo, one mean per reward function per step, and the KL
+    log = read_training_log(out / "training_log.jsonl")
+    assert all(e["stage"] == "grpo" for e in log)
+    steps = [e for e in log if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    for e in steps:
+        assert {"reward", "rewards/format/mean", "rewards/belief/mean", "rewards/action_value/mean", "kl"} <= set(e)
+
+    # the reward log: 8 replies per step in groups of 4, each group one state, every reward reproducible
+    lines = [orjson.loads(line) for line in (out / "reward_log.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 24 and [ln["step"] for ln in lines] == [1] * 8 + [2] * 8 + [3] * 8
+    groups = defaultdict(list)
+    for ln in lines:
+        groups[(ln["batch"], ln["group"])].append(ln)
+    assert len(groups) == 6 and all(len(g) == 4 for g in groups.values())
+    weights = dict(zip(["format", "belief", "action_value"], [0.2, 0.25, 1.0], strict=True))
+    for group in groups.values():
+        states = {orjson.dumps({k: ln[k] for k in ("condition", "split", "seed", "t", "prefix")}) for ln in group}
+        assert len(states) == 1, "a group's replies were scored in different states"
+        value_of = {}
+        for ln in group:
+            reply = [[{"role": "assistant", "content": ln["reply"]}]]
+            assert ln["rewards"]["action_value"] == action_value_reward(None, reply, **_reply_cols(ln))[0]
+            assert ln["rewards"]["belief"] == belief_reward(None, reply, **_reply_cols(ln))[0]
+            assert ln["rewards"]["format"] == format_reward(None, reply)[0]
+            assert ln["reward"] == pytest.approx(sum(w * ln["rewards"][n] for n, w in weights.items()))
+            assert value_of.setdefault(ln["action"], ln["rewards"]["action_value"]) == ln["rewards"]["action_value"]
+    for e in steps:  # TRL's per-function means are the means of exactly these replies
+        mine = [ln for ln in lines if ln["step"] == e["step"]]
+        for name in weights:
+            assert e[f"rewards/{name}/mean"] == pytest.approx(np.mean([ln["rewards"][name] for ln in mine]), abs=1e-5)
+
+    # the effective config round-trips, with provenance; and eval can load the result
+    written = yaml.safe_load((out / "grpo_config.yaml").read_text())
+    provenance = written.pop("_provenance")
+    cfg = load_config(GRPORunConfig, out / "grpo_config.yaml")
+    assert cfg.beta == 0.04 and cfg.max_steps == 3 and cfg.adapter == str(sft_out) and str(cfg.rollout_seeds) == "0"
+    assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == "1.16.0"
+    assert provenance["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
+    from rhythm.eval.evaluate import ModelOptions
+    from rhythm.eval.model_agent import load_model
+
+    _, _, source = load_model(str(out), ModelOptions(device="cpu"))
+    assert source.adapter == str(out)
+
+
+@pytest.mark.slow
+def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, teacher, sft_adapter, capsys):
+    """Two steps of episode mode through ``python -m rhythm.train.grpo`` (the accelerate / Jobs entry):
+    each step the student plays two weeks of one person; every trained turn is rewarded with the final
+    score of its week, which the grader reproduces from the actions alone."""
+    from rhythm.train.grpo import main
+
+    sft_out = sft_adapter
+    out = tmp_path / "episode"
+    code = main(["--config", TINY_CONFIG, f"adapter={sft_out}", f"data={teacher}", f"output_dir={out}", "mode=episode",
+                 "max_steps=2", "num_generations=2", "every_k_steps=7", "per_device_train_batch_size=8",
+                 "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]",
+                 "logging_steps=1", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = orjson.loads(captured.out)
+    assert summary["global_step"] == 2 and summary["mode"] == "episode"
+    assert summary["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
+    assert (out / "adapter_model.safetensors").exists()
+
+    weeks = [orjson.loads(line) for line in (out / "episode_rollouts.jsonl").read_bytes().splitlines()]
+    assert [(w["grpo_step"], w["week"]) for w in weeks] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    for w in weeks:  # a whole week, played by the policy, graded exactly as eval grades: replay it from its actions
+        assert len(w["steps"]) == EPISODE_STEPS and w["split"] == "train" and w["agent"] == f"grpo:{sft_out}"
+        env = BatchedRhythmEnv(w["condition"], w["split"], 1)
+        env.reset(seed=[w["seed"]])
+        ret, crashes = 0.0, 0
+        for s in w["steps"]:
+            res = env.step_raw(np.array([ACTION_INDEX[s["action"]]]))
+            ret += float(res.reward[0])
+            crashes += int(res.crashes[0])
+        graded = score_episode(ret, crashes, w["steps"][-1]["belief"], env.belief_targets[0], w["condition"])
+        assert graded.final_score == pytest.approx(w["score"]["final_score"], abs=1e-12)
+    assert len({(w["condition"], w["seed"]) for w in weeks[:2]}) == 1  # one person's two weeks per step
+
+    lines = [orjson.loads(line) for line in (out / "reward_log.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 16  # 2 steps x 4 trained turns (0, 7, 14, 21) x 2 weeks
+    by_week = {(w["grpo_step"], w["week"]): w for w in weeks}
+    for ln in lines:
+        week = by_week[(ln["step"], ln["week"])]
+        assert ln["seed"] == week["seed"] and ln["t"] in (0, 7, 14, 21)
+        assert ln["rewards"]["final_score"] == week["score"]["final_score"] == ln["final_score"]
+        assert ln["prefix"] == [s["action"] for s in week["steps"][: ln["t"]]]
+        assert ln["action"] == week["steps"][ln["t"]]["action"]  # the reply trained on is the one that was played
+    for members in _groups(lines).values():
+        assert sorted(m["week"] for m in members) == [0, 1] and len({m["t"] for m in members}) == 1
+    log = read_training_log(out / "training_log.jsonl")
+    assert [e["step"] for e in log if "rewards/final_score/mean" in e] == [1, 2]
+
+
+def _groups(lines: list[dict]) -> dict:
+    out = defaultdict(list)
+    for ln in lines:
+        out[(ln["step"], ln["group"])].append(ln)
+    return out
+
+
+@pytest.mark.slow
+def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_adapter):
+    """A run resumed from checkpoint-1 of 2 neither repeats nor loses a step in training_log.jsonl or
+    reward_log.jsonl; a finished run is not overwritten by accident."""
+    import dataclasses
+
+    from rhythm.errors import RhythmError
+    from rhythm.train.grpo import run_grpo
+
+    cfg = load_config(GRPORunConfig, TINY_CONFIG, {
+        "adapter": str(sft_adapter), "data": str(teacher), "output_dir": str(tmp_path / "run"), "max_steps": 2,
+        "save_steps": 1, "save_total_limit": 5, "logging_steps": 1, "num_generations": 2,
+        "per_device_train_batch_size": 4, "max_completion_length": 12})
+    run_grpo(cfg, quiet=True, log=lambda m: None)
+    with pytest.raises(RhythmError, match="already holds a run"):
+        run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)
+    summary = run_grpo(dataclasses.replace(cfg, max_steps=3, resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1")),
+                       quiet=True, log=lambda m: None)
+    assert summary["global_step"] == 3
+    log = read_training_log(tmp_path / "run" / "training_log.jsonl")
+    assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]
+    steps = [orjson.loads(line)["step"] for line in (tmp_path / "run" / "reward_log.jsonl").read_bytes().splitlines()]
+    assert steps == [1] * 4 + [2] * 4 + [3] * 4
