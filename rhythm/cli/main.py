@@ -20,6 +20,7 @@ from rhythm.cli.eval import eval_command
 from rhythm.cli.generate import generate_command
 from rhythm.cli.grpo import grpo_command
 from rhythm.cli.plot import plot_command
+from rhythm.cli.quickstart import quickstart_command
 from rhythm.cli.reeval import reeval_command
 from rhythm.cli.sft import sft_command
 from rhythm.cli.upload import upload_command
@@ -47,6 +48,7 @@ app.command("plot")(plot_command)
 app.command("sft")(sft_command)
 app.command("grpo")(grpo_command)
 app.command("upload")(upload_command)
+app.command("quickstart")(quickstart_command)
 
 
 def _fail(message: str, code: int = 2) -> None:

@@ -55,13 +55,12 @@ def print_reeval_table(summary: dict[str, Any]) -> None:
     table = Table(title=f"rhythm reeval: {summary['jsonl']} ({summary['episodes']} episodes, {summary['env_version']})")
     for col in ("condition", "split", "agent", "n", "flagged", "final v3 [95% CI]", "v2", "behaviour", "MAE", "prior MAE", "random v3 / v2", "heuristic v3 / v2"):
         table.add_column(col, justify="left" if col in ("condition", "split", "agent") else "right")
-    for g in summary["groups"]:
-        base = g["baselines"]
+    def pair(base: dict[str, Any], name: str) -> str:
+        if name not in base or base[name]["final_score"]["mean"] is None:
+            return "-"
+        return f"{base[name]['final_score']['mean']:.3f} / {base[name]['final_score_v2']['mean']:.3f}"
 
-        def pair(name: str) -> str:
-            if name not in base or base[name]["final_score"]["mean"] is None:
-                return "-"
-            return f"{base[name]['final_score']['mean']:.3f} / {base[name]['final_score_v2']['mean']:.3f}"
+    for g in summary["groups"]:
 
         table.add_row(
             g["condition"], g["split"], g["agent"], str(g["episodes"]), str(g["flagged"]),
@@ -70,7 +69,7 @@ def print_reeval_table(summary: dict[str, Any]) -> None:
             "-" if g["behaviour_score"]["mean"] is None else f"{g['behaviour_score']['mean']:.3f}",
             "-" if g["belief_mae"]["mean"] is None else f"{g['belief_mae']['mean']:.3f}",
             "-" if g["belief_mae_prior"] is None else f"{g['belief_mae_prior']:.3f}",
-            pair("random"), pair("heuristic"),
+            pair(g["baselines"], "random"), pair(g["baselines"], "heuristic"),
         )
     err_console.print(table)
     for f in summary["flagged"][:20]:

@@ -3,13 +3,12 @@ through here; it goes to files or stdout."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-import sys
 
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 

@@ -88,7 +88,7 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> 
         crashes = np.zeros(len(group), dtype=np.int64)
         for t in range(EPISODE_STEPS):
             actions = []
-            for where, rec in group:
+            for _where, rec in group:
                 step = rec["steps"][t]
                 name = str(step.get("action", ""))
                 if name not in ACTION_INDEX:
@@ -101,7 +101,7 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> 
             res = env.step_raw(np.array(actions))
             returns += res.reward
             crashes += res.crashes
-            for i, (where, rec) in enumerate(group):
+            for i, (_where, rec) in enumerate(group):
                 step = rec["steps"][t]
                 if "meters" in step and (
                     len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - res.meters[i])) > tolerance

@@ -189,7 +189,9 @@ class GRPORunConfig:
 
 
 def data_paths(cfg: GRPORunConfig) -> list[str]:
-    return [p.strip() for p in cfg.data.split(",") if p.strip()]
+    from rhythm.train.sft import data_paths as sft_data_paths
+
+    return sft_data_paths(cfg)  # the same comma-separated rule as SFT
 
 
 def _looks_local(path: str) -> bool:
@@ -580,11 +582,9 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
 
 
 def _peft_config(cfg: GRPORunConfig):
-    from peft import LoraConfig
+    from rhythm.train.sft import _peft_config as sft_peft_config
 
-    targets: Any = "all-linear" if cfg.lora_target_modules == ["all-linear"] else cfg.lora_target_modules
-    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    return sft_peft_config(cfg)  # a fresh adapter has the same shape rules as SFT's
 
 
 def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = False):

@@ -1,0 +1,88 @@
+"""rhythm quickstart: every stage's artifacts, an honest summary, and reuse of unchanged stages."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_stage
+
+MINI = {
+    "seeds": "0-5",
+    "sft": {"max_steps": 4, "eval_steps": 2, "save_steps": 4, "logging_steps": 1},
+    "grpo": {"max_steps": 1, "logging_steps": 1, "save_steps": 1},
+    "eval_episodes": {"in-dist": 2, "ood": 2, "discrete": 3},
+    "references": ["random", "heuristic"],
+    "max_new_tokens": 32,
+}
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.mark.slow
+def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_student: Path) -> None:
+    cfg = QuickstartConfig(out=str(tmp_path / "qs"), **MINI)
+    said: list[str] = []
+    first = quickstart(cfg, say=said.append, quiet=True)
+    out = Path(cfg.out)
+    for rel in ("data/teacher.jsonl", "data/reeval.json", "sft/adapter_config.json", "sft/training_log.jsonl",
+                "grpo/adapter_config.json", "grpo/training_log.jsonl", "eval/sft/eval_results_v2.json",
+                "eval/grpo/eval_results_v2.episodes.jsonl", "quickstart_config.yaml", "summary.md", "summary.json"):
+        assert (out / rel).exists(), rel
+    for name in ("final_scores", "belief_accuracy", "training_loss"):
+        w, h = _png_size(out / "plots" / f"{name}.png")
+        assert w > 400 and h > 300
+    assert len((out / "data/teacher.jsonl").read_bytes().splitlines()) == 6
+    assert not any(s["reused"] for s in first["stages"])
+    summary = (out / "summary.md").read_text()
+    for agent in ("student SFT", "student SFT+GRPO", "random", "heuristic"):
+        assert agent in summary
+    assert "minus SFT on in-dist (paired, same seeds)" in summary
+    assert set(first["students"]["student SFT"]) == {"in-dist", "ood", "discrete"}
+    assert first["grpo_minus_sft"]["discrete"]["episodes"] == 3
+
+    # the same inputs again: every stage is reused and the summary is the same
+    second = quickstart(cfg, say=said.append, quiet=True)
+    assert all(s["reused"] for s in second["stages"])
+    assert second["students"] == first["students"]
+
+    # more teacher seeds: data changes, so SFT and everything after it run again
+    third = quickstart(QuickstartConfig(out=cfg.out, **{**MINI, "seeds": "0-6"}), say=said.append, quiet=True)
+    reused = {s["name"]: s["reused"] for s in third["stages"]}
+    assert not reused["generate"] and not reused["sft"] and not reused["grpo"] and not reused["eval sft in-dist"]
+    assert len((out / "data/teacher.jsonl").read_bytes().splitlines()) == 7
+
+
+def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("a")
+    target = tmp_path / "stage" / "out.txt"
+    calls: list[int] = []
+
+    def fn() -> dict:
+        calls.append(1)
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(src.read_text())
+        return {"n": len(calls)}
+
+    def run(config: dict) -> bool:
+        return run_stage("s", tmp_path / "stage", config, [src], {"out": target}, fn, lambda m: None).reused
+
+    assert run({"k": 1}) is False
+    assert run({"k": 1}) is True
+    assert run({"k": 2}) is False  # config changed
+    src.write_text("b")
+    assert run({"k": 2}) is False  # input changed
+    target.unlink()
+    assert run({"k": 2}) is False  # output missing
+    assert len(calls) == 4
+    assert file_digest(src) != file_digest(tmp_path / "stage")
+    stamp = orjson.loads((tmp_path / "stage" / ".rhythm_stage.json").read_bytes())
+    assert stamp["stage"] == "s" and stamp["info"] == {"n": 4}
