@@ -43,11 +43,11 @@ def _root() -> None:
 
 app.command("generate")(generate_command)
 app.command("reeval")(reeval_command)
-app.command("eval")(eval_command)
-app.command("plot")(plot_command)
+app.command("upload")(upload_command)
 app.command("sft")(sft_command)
 app.command("grpo")(grpo_command)
-app.command("upload")(upload_command)
+app.command("eval")(eval_command)
+app.command("plot")(plot_command)
 app.command("quickstart")(quickstart_command)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,32 @@ def sidecar_path(output: str | Path) -> Path:
     return Path(str(output) + ".config.yaml")
 
 
+@contextmanager
+def open_output(
+    cfg: GenerateConfig,
+    seeds: list[int],
+    recorded: Any,
+    chash: str,
+    on_total: Callable[[int], None] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Iterator[tuple[JsonlWriter, list[int], GenerateSummary]]:
+    """Open the output for a generate run (every teacher): skip seeds already there on ``--resume``,
+    write the effective config ``recorded`` beside a file output, and yield the writer, the seeds still
+    to play and the summary to fill."""
+    out_path = None if cfg.output == "-" else Path(cfg.output)
+    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
+    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
+    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
+    if on_total:
+        on_total(len(todo))
+    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
+        summary.repaired_bytes = writer.repaired
+        if out_path is not None:
+            provenance = {"versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash}
+            write_config(recorded, sidecar_path(out_path), {**provenance, **(extra or {})})
+        yield writer, todo, summary
+
+
 def generate(
     cfg: GenerateConfig,
     *,
@@ -122,18 +149,8 @@ def generate(
         return generate_llm(cfg, seeds, progress=progress, on_total=on_total)
     chash = config_hash(cfg)
     started = time.perf_counter()
-    out_path = None if cfg.output == "-" else Path(cfg.output)
-    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
-    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
-    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
-    if on_total:
-        on_total(len(todo))
     scores: list[float] = []
-    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
-        summary.repaired_bytes = writer.repaired
-        if out_path is not None:
-            write_config(cfg, sidecar_path(out_path), {"versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash})
-
+    with open_output(cfg, seeds, cfg, chash, on_total) as (writer, todo, summary):
         def emit(lines: list[bytes]) -> None:
             for line in lines:
                 writer.write_line(line)

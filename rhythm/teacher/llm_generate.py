@@ -38,13 +38,13 @@ from typing import Any
 
 import orjson
 
-from rhythm.config import config_hash, write_config
+from rhythm.config import config_hash
 from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.env.rhythm_env import RhythmEnv
 from rhythm.grader import score_episode
-from rhythm.provenance import command_line, now_iso, versions
-from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, done_keys, dumps
-from rhythm.teacher.generate import GenerateConfig, GenerateSummary, sidecar_path
+from rhythm.provenance import now_iso
+from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
+from rhythm.teacher.generate import GenerateConfig, GenerateSummary, open_output
 from rhythm.teacher.llm_client import (
     PROVIDERS,
     BudgetReached,
@@ -306,21 +306,10 @@ def generate_llm(
     recorded = written_config(cfg)
     chash = config_hash(recorded)
     started = time.perf_counter()
-    out_path = None if cfg.output == "-" else Path(cfg.output)
-    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
-    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
-    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
-    if on_total:
-        on_total(len(todo))
-    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
-        summary.repaired_bytes = writer.repaired
-        if out_path is not None:
-            write_config(recorded, sidecar_path(out_path), {
-                "versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash,
-                "endpoint": target.url,
-            })
-            if not cfg.resume:
-                errors_path(out_path).unlink(missing_ok=True)
+    with open_output(cfg, seeds, recorded, chash, on_total, {"endpoint": target.url}) as (writer, todo, summary):
+        out_path = None if cfg.output == "-" else Path(cfg.output)
+        if out_path is not None and not cfg.resume:
+            errors_path(out_path).unlink(missing_ok=True)
         run = _Run(cfg, target, chash, writer, credential, progress)
         try:
             if todo:
