@@ -40,18 +40,11 @@ def grpo_command(
         raise RhythmError("--dry-run describes a Hugging Face Jobs submission; add --flavor (e.g. a10g-large)")
     validate(cfg)
     if cfg.flavor:
-        from rhythm.train.jobs import JOB_PACKAGES, plan_job, submit_job
+        from rhythm.cli.jobs import submit_stage
+        from rhythm.train.jobs import JOB_PACKAGES
 
-        plan = plan_job("grpo", cfg, run_repo=cfg.hub_model_id, data=data_paths(cfg), data_repo=cfg.data_repo,
-                        flavor=cfg.flavor, timeout=cfg.timeout, namespace=cfg.namespace, private=cfg.hub_private,
-                        packages=JOB_PACKAGES + (("vllm",) if cfg.use_vllm else ()))
-        sub = submit_job(plan, dry_run=dry_run, say=err_console.print)
-        if sub.dry_run:
-            sys.stdout.write(orjson.dumps(sub.spec, option=orjson.OPT_INDENT_2).decode() + "\n")
-            err_console.print("dry run: nothing was sent")
-            return
-        sys.stdout.write(f"{sub.job_id}\t{sub.url}\n")
-        err_console.print(f"submitted job {sub.job_id} on {cfg.flavor}: {sub.url}; the adapter lands in {sub.run_repo}")
+        submit_stage("grpo", cfg, data_paths(cfg), dry_run=dry_run, lands="adapter",
+                     packages=JOB_PACKAGES + (("vllm",) if cfg.use_vllm else ()))
         return
     summary = run_grpo(cfg, quiet=quiet, log=err_console.print)
     parts = [f"{name} {v['first']:.3f} -> {v['last']:.3f}" for name, v in summary["rewards"].items() if v["first"] is not None]

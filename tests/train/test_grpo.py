@@ -3,9 +3,6 @@ every group scored in one state; episode: whole weeks played and graded as eval 
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,9 +17,9 @@ from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.grader import score_episode
 from rhythm.train.grpo import GRPORunConfig, assign_weeks
 from rhythm.train.rewards import action_value_reward, belief_reward, format_reward
-from rhythm.train.sft import SFTRunConfig, read_training_log, run_sft
+from rhythm.train.sft import read_training_log
 
-from .helpers import write_episodes
+from .helpers import shared_sft_run, write_episodes
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_CONFIG = str(REPO / "configs" / "grpo-tiny.yaml")
@@ -35,35 +32,18 @@ def teacher(tmp_path_factory):
     return path
 
 
-def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder all xdist workers of this session share (the plain basetemp without xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(scope="session")
 def sft_adapter(tmp_path_factory, tiny_student) -> Path:
     """A tiny SFT adapter on BELIEF/ACTION-only replies (as configs/sft-tiny.yaml trains), 30 steps on 3
     episodes: enough that some sampled replies parse, so GRPO groups have rewards that differ.
     Built once per session, shared by every worker; read-only."""
-    shared = _shared_dir(tmp_path_factory) / "rhythm-grpo-sft"
-    shared.mkdir(exist_ok=True)
-    with open(shared / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        out = shared / "adapter"
-        if not (out / "sft_summary.json").exists():
-            data = shared / "teacher.jsonl"
-            if not data.exists():
-                write_episodes(data, range(3))
-            if out.exists():
-                shutil.rmtree(out)
-            run_sft(SFTRunConfig(
-                model_name_or_path="rhythm-tiny", data=str(data), output_dir=str(out), strip_reasoning=True,
-                max_steps=30, learning_rate=3e-3, lr_scheduler_type="constant", warmup_ratio=0.0,
-                per_device_train_batch_size=4, gradient_accumulation_steps=1, lora_dropout=0.0, val_fraction=0.0,
-                eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False, gradient_checkpointing=False,
-            ), quiet=True, log=lambda msg: None)
-    return out
+    return shared_sft_run(
+        tmp_path_factory, "rhythm-grpo-sft", 3,
+        model_name_or_path="rhythm-tiny", strip_reasoning=True, max_steps=30, learning_rate=3e-3,
+        lr_scheduler_type="constant", warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+        lora_dropout=0.0, val_fraction=0.0, eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False,
+        gradient_checkpointing=False,
+    )
 
 
 def _reply_cols(line: dict) -> dict:

@@ -4,7 +4,6 @@ generates, masking puts the loss on the assistant's tokens only, and a run resum
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 from rhythm.errors import RhythmError
 from rhythm.train.sft import LOG_NAME, SFTRunConfig, build_trainer, read_training_log, run_sft
 
-from .helpers import write_episodes
+from .helpers import shared_sft_run, write_episodes
 
 pytestmark = pytest.mark.slow
 
@@ -28,30 +27,11 @@ TINY = dict(
 )
 
 
-def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder all xdist workers of this session share (the plain basetemp without xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(scope="session")
 def sft_run(tmp_path_factory, tiny_student):
     """One tiny SFT run (30 steps on 5 + 1 episodes) shared by every test and worker; read-only."""
-    shared = _shared_dir(tmp_path_factory) / "rhythm-sft-run"
-    shared.mkdir(exist_ok=True)
-    with open(shared / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        out = shared / "run"
-        if not (out / "sft_summary.json").exists():
-            data = shared / "teacher.jsonl"
-            if not data.exists():
-                write_episodes(data, range(6))
-            if out.exists():
-                shutil.rmtree(out)
-            cfg = SFTRunConfig(**TINY, data=str(data), output_dir=str(out))
-            run_sft(cfg, quiet=True, log=lambda msg: None)
-        summary = orjson.loads((out / "sft_summary.json").read_bytes())
-    return out, summary
+    out = shared_sft_run(tmp_path_factory, "rhythm-sft-run", 6, **TINY)
+    return out, orjson.loads((out / "sft_summary.json").read_bytes())
 
 
 def test_training_lowers_the_loss(sft_run):
