@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, overrides
+from rhythm.cli.options import CheckpointResumeOpt, ConfigOpt, DryRunOpt, FlavorOpt, QuietOpt, SetOpt, overrides
 
 
 def grpo_command(
@@ -16,9 +16,9 @@ def grpo_command(
     model: Annotated[Optional[str], typer.Option("--model", help="Base model (default: the adapter's own base).")] = None,
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Adapter, checkpoints, training_log.jsonl, reward_log.jsonl, config.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output dir.")] = False,
-    flavor: Annotated[Optional[str], typer.Option("--flavor", help="Run on Hugging Face Jobs on this hardware, e.g. a10g-large.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --flavor: print the job spec (token redacted) and send nothing.")] = False,
+    resume: CheckpointResumeOpt = False,
+    flavor: FlavorOpt = None,
+    dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,

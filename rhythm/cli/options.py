@@ -30,3 +30,6 @@ def overrides(options: dict[str, object], sets: list[str] | None) -> dict[str, o
     merged: dict[str, object] = dict(parse_overrides(sets or []))
     merged.update({k: v for k, v in options.items() if v is not None})
     return merged
+CheckpointResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output dir.")]
+FlavorOpt = Annotated[Optional[str], typer.Option("--flavor", help="Run on Hugging Face Jobs on this hardware, e.g. a10g-large.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="With --flavor: print the job spec (token redacted) and send nothing.")]
