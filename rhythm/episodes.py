@@ -53,21 +53,17 @@ def play_batch(
     specs = [EpisodeSpec(condition, split, s) for s in seeds]
     started = time.perf_counter()
     agent.reset(specs)
-    history: list[list[tuple[int, int, list[float]]]] = [[] for _ in range(n)]
+    history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     steps: list[list[StepRecord]] = [[] for _ in range(n)]
     decisions_by_episode: list[list[Decision]] = [[] for _ in range(n)]
     returns = np.zeros(n)
     crashes = np.zeros(n, dtype=np.int64)
     for t in range(EPISODE_STEPS):
         s = env.state
-        prompts = []
-        for i in range(n):
-            if s.last_action[i] >= 0:
-                history[i].append((t - 1, int(s.last_action[i]), s.anomaly[i].tolist()))
-            prompts.append(
-                render_observation(t, s.meters[i], int(s.last_action[i]), s.delta[i], s.anomaly[i], history[i][:-1])
-            )
-        obs = BatchObservation(t, s.meters.copy(), s.last_action.copy(), s.delta.copy(), s.anomaly.copy(), prompts)
+        prompts = [render_observation(t, s.meters[i], int(s.last_action[i]), s.delta[i], s.anomaly[i]) for i in range(n)]
+        obs = BatchObservation(
+            t, s.meters.copy(), s.last_action.copy(), s.delta.copy(), s.anomaly.copy(), prompts, [list(h) for h in history]
+        )
         decisions = agent.act(obs)
         if len(decisions) != n:
             raise RuntimeError(f"agent {agent.name!r} returned {len(decisions)} decisions for {n} episodes")
@@ -76,6 +72,7 @@ def play_batch(
         crashes += res.crashes
         for i, d in enumerate(decisions):
             decisions_by_episode[i].append(d)
+            history[i].append((prompts[i], d.text))
             steps[i].append(
                 StepRecord(
                     t=t,

@@ -1,5 +1,11 @@
 """The text protocol every language model speaks: system prompt, user message, reply format, parser.
 
+Protocol v2: one episode is one conversation. The system prompt comes once; each step is a user turn
+with that step's observation (:func:`rhythm.env.render.render_observation`) and the agent's reply, and
+every earlier turn stays in context, so a belief can be *updated* rather than guessed.
+:func:`conversation` builds it from observations and replies, and :func:`record_conversation` from a
+stored episode up to step ``t``: SFT data, GRPO prompts, model eval and LLM agents all go through them.
+
 A reply is free reasoning that ends with two lines::
 
     BELIEF: S=0.30 M=0.70 W=0.55
@@ -16,9 +22,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
-from rhythm.env.constants import ACTION_INDEX, ACTIONS, BELIEF_DIMS
+from rhythm.env.constants import ACTION_INDEX, ACTIONS, BELIEF_DIMS, PROTOCOL_VERSION
+from rhythm.records import check_protocol
+
+__all__ = ["PROTOCOL_VERSION", "conversation", "record_conversation", "parse_reply"]
 
 FALLBACK_ACTION: Final[str] = "LEISURE"
 """Played when a reply names no valid action: mild and never harmful, so a parse failure costs the
@@ -26,10 +36,11 @@ score of a wasted slot rather than a crash."""
 
 SYSTEM_PROMPT: Final[str] = f"""\
 You manage one week of a person whose personality is hidden: 7 days x 4 slots (morning, afternoon, \
-evening, night), 28 steps. Each step you choose one activity for them.
+evening, night), 28 steps, Mon morning to Sun night. Each step you choose one activity for them.
 Five meters in [0, 1] respond: vitality (V), cognition (C), progress (P), serenity (S), connection (N). \
-Each observation shows the meters, the last change, and the anomaly: the change minus what a neutral \
-person would have shown. Anomalies reveal who the person is.
+Each step shows the meters (in the order V C P S N), the last action, its change of each meter, and the \
+anomaly: the change minus what a neutral person would have shown. Anomalies reveal who the person is; \
+earlier steps stay in this conversation, so weigh all the evidence so far.
 Actions: {", ".join(ACTIONS)}. Work (DEEP_WORK, ADMIN, LEARN) makes progress and costs energy; \
 SOCIALIZE and FAMILY_TIME build connection; SLEEP restores most at night, and a night without sleep hurts.
 Goal: raise the person's meters over the week, weighted by what this person values. A meter below \
@@ -67,17 +78,51 @@ class ParsedReply:
         return ACTIONS[self.action]
 
 
-def user_message(observation_text: str) -> str:
-    """The user turn for one step (the observation text, as the env renders it)."""
-    return observation_text
+def conversation(
+    observations: Sequence[str], replies: Sequence[str] = (), *, max_turns: int | None = None
+) -> list[dict[str, str]]:
+    """The chat of one episode so far: the system prompt, then each step's observation and reply.
+
+    With as many replies as observations the chat ends on the assistant (an SFT example); with one
+    fewer it ends on the current observation (the prompt of the next reply). ``max_turns`` keeps only
+    the last K steps (for API cost); the system prompt always stays.
+    """
+    if len(replies) not in (len(observations), len(observations) - 1):
+        raise ValueError(f"{len(observations)} observations need {len(observations) - 1} or {len(observations)} replies, got {len(replies)}")
+    if max_turns is not None and max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1 or None, got {max_turns}")
+    first = 0 if max_turns is None else max(0, len(observations) - max_turns)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for i in range(first, len(observations)):
+        messages.append({"role": "user", "content": observations[i]})
+        if i < len(replies):
+            messages.append({"role": "assistant", "content": replies[i]})
+    return messages
 
 
-def chat_messages(observation_text: str) -> list[dict[str, str]]:
-    """System + user messages of one step, in the chat format every model client takes."""
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": user_message(observation_text)},
-    ]
+def record_conversation(
+    record: dict[str, Any],
+    t: int | None = None,
+    *,
+    include_reply: bool = False,
+    replies: Sequence[str] | None = None,
+    max_turns: int | None = None,
+    where: str = "record",
+) -> list[dict[str, str]]:
+    """A stored episode (a JSONL record) as its conversation up to step ``t`` (default: the last step).
+
+    Without ``include_reply`` it ends on step ``t``'s observation: what the agent saw when it replied.
+    ``replies`` replaces the recorded responses (e.g. the protocol lines alone). A record written under
+    another protocol version raises one line naming ``where``.
+    """
+    check_protocol(record, where)
+    steps = record["steps"]
+    last = len(steps) - 1 if t is None else t
+    if not 0 <= last < len(steps):
+        raise ValueError(f"{where}: step {t} is outside the episode's {len(steps)} steps")
+    said = [s["response"] for s in steps] if replies is None else list(replies)
+    observations = [s["observation"] for s in steps[: last + 1]]
+    return conversation(observations, said[: last + 1 if include_reply else last], max_turns=max_turns)
 
 
 def format_belief(belief: tuple[float, float, float] | list[float]) -> str:

@@ -239,11 +239,12 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
         s = run_sft(sft_cfg, quiet=quiet, log=say)
         return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
 
-    stages.append(run_stage("sft", sft_dir, sft_cfg, [data], {"adapter": sft_dir / "adapter_config.json"}, do_sft, say))
+    stages.append(run_stage("sft", sft_dir, sft_cfg, [data], {"summary": sft_dir / "sft_summary.json"}, do_sft, say))
 
-    # 4. GRPO
+    # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
-    grpo_over: dict[str, Any] = {**cfg.grpo, "adapter": str(sft_dir), "data": str(data), "output_dir": str(grpo_dir)}
+    start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": None, "model_name_or_path": str(sft_dir), "use_peft": False}
+    grpo_over: dict[str, Any] = {**cfg.grpo, **start, "data": str(data), "output_dir": str(grpo_dir)}
     grpo_cfg = load_config(GRPORunConfig, find_config(cfg.grpo_config), grpo_over)
 
     def do_grpo() -> dict[str, Any]:
@@ -254,7 +255,7 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
         s = run_grpo(grpo_cfg, quiet=quiet, log=say)
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
-    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"adapter": grpo_dir / "adapter_config.json"}, do_grpo, say))
+    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo, say))
 
     # 5. eval of both students, references on the same seeds
     model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)

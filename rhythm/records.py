@@ -18,9 +18,11 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from rhythm.env.constants import PROTOCOL_VERSION
 from rhythm.errors import RhythmError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: records carry ``protocol`` (the text protocol version their observations and replies follow)."""
 EPISODE_KEYS = ("schema", "env_version", "condition", "split", "seed", "agent", "steps", "score")
 STEP_KEYS = ("t", "action", "response", "observation")
 
@@ -60,11 +62,13 @@ class EpisodeRecord:
     usage: dict[str, float] = field(default_factory=dict)
     model: str | None = None
     schema: int = SCHEMA_VERSION
+    protocol: int = PROTOCOL_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
             "schema": self.schema,
+            "protocol": self.protocol,
             "env_version": self.env_version,
             "condition": self.condition,
             "split": self.split,
@@ -143,6 +147,27 @@ def check_episode(obj: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(obj["seed"], int) or obj["seed"] < 0:
         raise RhythmError(f"{where}: seed must be a non-negative integer, got {obj['seed']!r}")
     return obj
+
+
+def record_protocol(record: dict[str, Any]) -> int:
+    """The text protocol a record was written under (records before schema 2 are protocol v1)."""
+    value = record.get("protocol", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+def check_protocol(record: dict[str, Any], where: str) -> None:
+    """Raise one line if the record's observations and replies are not in this rhythm's text protocol.
+
+    A v1 record shows each step alone with a 5-step history; mixing it into v2 conversations would
+    silently train or prompt on another format, so it is refused with what to do instead.
+    """
+    found = record_protocol(record)
+    if found != PROTOCOL_VERSION:
+        raise RhythmError(
+            f"{where}: record is text protocol v{found}, this rhythm speaks v{PROTOCOL_VERSION} "
+            "(one episode = one conversation); regenerate it with `rhythm generate` "
+            "(reeval and plots still read it)"
+        )
 
 
 def read_episodes(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -27,7 +27,8 @@ class BatchObservation:
     """What every live episode shows its agent before step ``t``.
 
     ``last_action`` is -1 and ``delta``/``anomaly`` are zero before the first step. ``prompts`` holds
-    each episode's observation text (with its short history), as language agents see it.
+    each episode's observation text of this step; ``history`` holds, per episode, the earlier
+    (observation, reply) pairs, so :meth:`conversation` gives a language agent the whole week so far.
     """
 
     t: int
@@ -36,6 +37,15 @@ class BatchObservation:
     delta: np.ndarray  # (E, 5) last observed change
     anomaly: np.ndarray  # (E, 5) last change minus a neutral person's expected change
     prompts: list[str] = field(default_factory=list)
+    history: list[list[tuple[str, str]]] = field(default_factory=list)
+
+    def conversation(self, i: int, *, max_turns: int | None = None) -> list[dict[str, str]]:
+        """Episode ``i``'s chat up to this step's observation (protocol v2), optionally its last K steps."""
+        from rhythm.protocol import conversation
+
+        past = self.history[i] if self.history else []
+        observations = [o for o, _ in past] + [self.prompts[i]]
+        return conversation(observations, [r for _, r in past], max_turns=max_turns)
 
     @property
     def day(self) -> int:

@@ -17,6 +17,9 @@ def eval_command(
     condition: ConditionOpt = None,
     episodes: Annotated[Optional[int], typer.Option("--episodes", help="Episodes per condition (default 100/50/15).")] = None,
     seeds: SeedsOpt = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="eval (default; the final table) or train (tune on train seeds the SFT data did not use).")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint for openai:MODEL agents, e.g. a vLLM server's http://localhost:8000/v1.")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Requests in flight per step (openai:/azure: agents).")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Episodes per batched generate (model agents).")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Results JSON (episodes JSONL goes beside it).")] = None,
     grader: Annotated[Optional[str], typer.Option("--grader", help="Headline grader: v3 (default) or v2.")] = None,
@@ -30,7 +33,8 @@ def eval_command(
     from rhythm.config import load_config
     from rhythm.eval.evaluate import EvalConfig, run_eval, validate
 
-    given = {"agent": agent, "condition": condition, "episodes": episodes, "seeds": seeds, "output": output, "grader": grader}
+    given = {"agent": agent, "condition": condition, "episodes": episodes, "seeds": seeds, "output": output, "grader": grader,
+             "split": split, "llm.base_url": base_url, "llm.concurrency": concurrency}
     if batch_size is not None:
         given["model.batch_size"] = batch_size
     cfg = load_config(EvalConfig, config, overrides(given, set_))

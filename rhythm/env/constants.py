@@ -10,6 +10,10 @@ from typing import Final
 ENV_VERSION: Final[str] = "rhythm-v1"
 """Recorded in every output. Bumped whenever dynamics, profiles, noise or reward change."""
 
+PROTOCOL_VERSION: Final[int] = 2
+"""The text protocol (observation text, conversation layout, reply format), recorded in every output.
+v1 showed each step alone with a 5-transition history; v2 makes one episode one conversation."""
+
 METERS: Final[tuple[str, ...]] = ("vitality", "cognition", "progress", "serenity", "connection")
 METER_ABBREV: Final[tuple[str, ...]] = ("V", "C", "P", "S", "N")
 V, C, P, S, N = range(5)

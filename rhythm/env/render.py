@@ -1,26 +1,33 @@
-"""Observation text: the compact, stable rendering that language models read.
+"""Observation text: the compact, stable rendering of one step that language models read.
 
-The text is part of the benchmark's interface (teacher data and students depend on it), so its format
-changes only with ``ENV_VERSION``. Numbers have two decimals; signed changes always carry a sign.
+Under protocol v2 one episode is one conversation, so each user turn shows only the current step; the
+history lives in the conversation (:func:`rhythm.protocol.conversation`). A turn reads::
+
+    Tue evening. Meters V C P S N: 0.79 0.74 0.16 0.46 0.54
+    After FAMILY_TIME: change +0.01 +0.02 -0.04 -0.02 -0.05, anomaly +0.01 +0.02 -0.03 -0.02 -0.04
+
+Meters have two decimals in a fixed order (V C P S N); signed numbers always carry a sign. The text is
+part of the benchmark's interface (teacher data and students depend on it), so it changes only with
+``PROTOCOL_VERSION``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rhythm.env.constants import ACTIONS, DAYS, EPISODE_STEPS, METER_ABBREV, METERS, N_SLOTS, SLOTS
+from rhythm.env.constants import ACTIONS, DAYS, METER_ABBREV, N_SLOTS, SLOTS
 
-HISTORY_STEPS = 4
-"""Earlier steps shown under "Recent", oldest first (the current step's change is shown above it)."""
-
-
-def _signed(values: Sequence[float]) -> str:
-    return " ".join(f"{a}{v:+.2f}" for a, v in zip(METER_ABBREV, values))
+METER_HEADER = "Meters " + " ".join(METER_ABBREV) + ":"
 
 
 def when(t: int) -> str:
     """``"Tue afternoon"`` for step ``t``."""
     return f"{DAYS[t // N_SLOTS]} {SLOTS[t % N_SLOTS]}"
+
+
+def _numbers(values: Sequence[float], signed: bool) -> str:
+    fmt = "{:+.2f}" if signed else "{:.2f}"
+    return " ".join(fmt.format(float(v)) for v in values)
 
 
 def render_observation(
@@ -29,25 +36,9 @@ def render_observation(
     last_action: int,
     delta: Sequence[float],
     anomaly: Sequence[float],
-    history: Sequence[tuple[int, int, Sequence[float]]] = (),
 ) -> str:
-    """The observation before step ``t``.
-
-    ``history`` holds ``(t, action, anomaly)`` of steps before the last one; the last
-    ``HISTORY_STEPS`` are shown.
-    """
-    lines = [
-        f"Day {t // N_SLOTS + 1} ({when(t)}), step {t + 1} of {EPISODE_STEPS}.",
-        "Meters: " + ", ".join(f"{name} {v:.2f}" for name, v in zip(METERS, meters)),
-    ]
+    """The observation before step ``t`` (``last_action`` -1 at the start of the week)."""
+    head = f"{when(t)}. {METER_HEADER} {_numbers(meters, False)}"
     if last_action < 0:
-        lines.append("Last action: none (start of the week)")
-    else:
-        lines.append(f"Last action: {ACTIONS[last_action]} ({when(t - 1)})")
-        lines.append(f"Change:  {_signed(delta)}")
-        lines.append(f"Anomaly: {_signed(anomaly)}")
-    recent = list(history)[-HISTORY_STEPS:]
-    if recent:
-        lines.append("Recent anomalies (oldest first):")
-        lines.extend(f"- {when(ht)} {ACTIONS[ha]}: {_signed(hx)}" for ht, ha, hx in recent)
-    return "\n".join(lines)
+        return head + "\nStart of the week."
+    return f"{head}\nAfter {ACTIONS[last_action]}: change {_numbers(delta, True)}, anomaly {_numbers(anomaly, True)}"

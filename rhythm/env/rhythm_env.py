@@ -114,7 +114,8 @@ of that condition and split (``options={"seed": s}`` too). ``render_mode="ansi"`
 
 ## Version History
 
-- rhythm-v1: first release.
+- rhythm-v1: first release. (The observation *text* follows the text protocol's own version,
+  ``PROTOCOL_VERSION``: v2 shows one step per turn and leaves the history to the conversation.)
 """
 
 from __future__ import annotations
@@ -181,7 +182,6 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
         self.seed_value: int | None = None
         self.profile: np.ndarray | None = None
         self._t = EPISODE_STEPS
-        self._history: list[tuple[int, int, list[float]]] = []
 
     @property
     def belief_target(self) -> np.ndarray:
@@ -210,7 +210,6 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
         self._last_action = -1
         self._delta = [0.0] * N_METERS
         self._anomaly = [0.0] * N_METERS
-        self._history = []
         return self._obs(), self._info()
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -219,8 +218,6 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
         a = int(action)
         if not 0 <= a < N_ACTIONS:
             raise ValueError(f"action must be in [0, {N_ACTIONS}), got {action!r}")
-        if self._last_action >= 0:
-            self._history.append((self._t - 1, self._last_action, self._anomaly))
         new, reward, crashes, delta, anomaly = step_scalar(self._params, self._meters, self._t, a, self._key)
         self._meters, self._delta, self._anomaly = new, delta, anomaly
         self._last_action = a
@@ -247,7 +244,7 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
     def text(self) -> str:
         """The current observation as text (what a language model sees)."""
         return render_observation(
-            min(self._t, EPISODE_STEPS - 1), self._meters, self._last_action, self._delta, self._anomaly, self._history
+            min(self._t, EPISODE_STEPS - 1), self._meters, self._last_action, self._delta, self._anomaly
         )
 
     def render(self) -> str | None:

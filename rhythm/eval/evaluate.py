@@ -22,7 +22,7 @@ import orjson
 from rhythm.agents import check_agent_spec, make_agent
 from rhythm.agents.base import EpisodeSpec
 from rhythm.config import config_dict, config_hash
-from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION
+from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, PROTOCOL_VERSION, SPLITS
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
@@ -44,9 +44,9 @@ class ModelOptions:
     """How ``model:PATH`` agents generate (see :mod:`rhythm.eval.model_agent`)."""
 
     batch_size: int = 64
-    """Episodes per batched ``generate`` call; all live episodes advance in lockstep."""
+    """Episodes per lockstep batch (one key/value cache each, kept for the whole week)."""
     max_new_tokens: int = 160
-    """Reply budget per step (a teacher reply is ~110 tokens of the tiny tokenizer)."""
+    """Reply budget per step (the protocol lines alone are ~12 tokens of the tiny tokenizer)."""
     do_sample: bool = False
     """Greedy by default; set true (with temperature/top_p) to sample."""
     temperature: float = 1.0
@@ -59,8 +59,6 @@ class ModelOptions:
     """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
     seed: int = 0
     """Sampling seed (only used with do_sample); each step's generate is seeded from it and the episodes."""
-    prefix_cache: bool = True
-    """Compute the system prompt's key/value cache once and share it across every prompt and step."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +73,9 @@ class EvalConfig:
     """Episodes per condition (eval seeds 0..N-1); default in-dist 100, ood 50, discrete 15."""
     seeds: str | None = None
     """Explicit eval-split seeds (e.g. 0-9); overrides episodes."""
+    split: str = "eval"
+    """eval (the final table) | train: choose settings on train-split seeds that the SFT data did not
+    use (e.g. --split train --seeds 100000-100099), keeping the eval split for the final table."""
     grader: str = "v3"
     """Headline grader (v3 or v2); both are always reported."""
     references: list[str] = field(default_factory=lambda: ["random", "heuristic", "oracle"])
@@ -109,6 +110,8 @@ def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
 def validate(cfg: EvalConfig) -> None:
     """Fail fast, before any episode is played, on names that cannot work."""
     conditions_of(cfg.condition)
+    if cfg.split not in SPLITS:
+        raise RhythmError(f"unknown split {cfg.split!r}; expected one of {', '.join(SPLITS)}")
     check_agent_spec(cfg.agent)
     for ref in cfg.references:
         check_agent_spec(ref)
@@ -203,6 +206,8 @@ def evaluate(
         "agent": cfg.agent,
         "grader": cfg.grader,
         "env_version": ENV_VERSION,
+        "protocol": PROTOCOL_VERSION,
+        "split": cfg.split,
         "config": config_dict(cfg),
         "config_hash": chash,
         "versions": versions(),
@@ -212,7 +217,7 @@ def evaluate(
     agents = {name: make_agent(name, agent_options(cfg, name)) for name in names}
     for condition in conditions_of(cfg.condition):
         seeds = eval_seeds(cfg, condition)
-        specs = [EpisodeSpec(condition, "eval", s) for s in seeds]
+        specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]
         played: dict[str, list[EpisodeRecord]] = {}
         for name in names:
             progress = progress_factory(f"{name} {condition}", len(seeds) * 28) if progress_factory else None

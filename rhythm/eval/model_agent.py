@@ -6,14 +6,12 @@ adapter: it is loaded onto its base model (``ModelOptions.base_model``, else the
 ``base_model_name_or_path``) and merged for inference. The tokenizer comes from the adapter when it
 ships one, else from the base.
 
-All live episodes advance in lockstep: every step is one batched ``generate`` over every live
-episode's prompt (in chunks of ``ModelOptions.batch_size``), left-padded, greedy unless
-``do_sample`` is set (then seeded per step, so a run is reproducible). The system prompt is the same
-in every prompt, so its key/value cache is computed once and shared by every call; the rest of each
-prompt is padded between that prefix and itself, and position ids follow the attention mask, so
-each episode sees exactly the tokens it would see alone (a test holds batched replies equal to
-one-at-a-time replies). Batches decode into a preallocated (static) cache where the model supports
-one. Decoding settings come from ``ModelOptions`` alone (no repetition penalty or sampling defaults
+Protocol v2: each episode is one conversation, and all live episodes advance in lockstep (in chunks
+of ``ModelOptions.batch_size``), each chunk keeping its key/value cache for the whole week
+(:class:`rhythm.model.lockstep.LockstepChat`): a step prefills only the new turn and decodes the
+reply, so a week costs one pass over its tokens instead of 28. Greedy unless ``do_sample`` is set
+(then seeded per step, so a run is reproducible); replies equal a loop that re-encodes the whole
+conversation every step (tested). Decoding settings come from ``ModelOptions`` alone (no repetition penalty or sampling defaults
 from a model card). Replies go through
 :func:`rhythm.protocol.parse_reply`; a reply that never parses gets the fallback action and counts
 as a parse failure, never an error. bf16 on a CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is
@@ -30,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
 from rhythm.errors import RhythmError
-from rhythm.protocol import SYSTEM_PROMPT, chat_messages, parse_reply
+from rhythm.protocol import parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -222,7 +220,8 @@ def _step_seed(seed: int, episodes: list[EpisodeSpec], t: int, chunk: int) -> in
 
 
 class ModelAgent:
-    """``model:PATH``: a causal LM answering every live episode with one batched ``generate`` per step."""
+    """``model:PATH``: a causal LM playing every live episode as one conversation, in lockstep batches
+    whose key/value caches persist across the week (:class:`rhythm.model.lockstep.LockstepChat`)."""
 
     def __init__(self, path: str, options: ModelOptions | None = None) -> None:
         from rhythm.eval.evaluate import ModelOptions
@@ -235,160 +234,50 @@ class ModelAgent:
         self.name = f"model:{path}"
         self.model, self.tokenizer, self.source = load_model(path, self.options)
         self.stop_ids = stop_token_ids(self.model, self.tokenizer)
-        self.pad_id = int(self.tokenizer.pad_token_id)
-        self._prefix: tuple[list[int], Any] | None = None
-        self._prefix_checked = False
-        self._static: bool | None = None
         self.episodes: list[EpisodeSpec] = []
-        self.calls = 0
-        """Batched ``generate`` calls so far (for tests and benchmarks)."""
+        self.engines: list[Any] = []
+
+    def _engine(self) -> Any:
+        from rhythm.model.lockstep import LockstepChat
+
+        o = self.options
+        return LockstepChat(self.model, self.tokenizer, stop_ids=self.stop_ids, max_new_tokens=o.max_new_tokens,
+                            do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p)
 
     def reset(self, episodes: list[EpisodeSpec]) -> None:
         self.episodes = list(episodes)
+        size = self.options.batch_size
+        self.engines = []
+        for start in range(0, len(self.episodes), size):
+            engine = self._engine()
+            engine.reset(len(self.episodes[start : start + size]))
+            self.engines.append(engine)
 
-    # -- prompts ---------------------------------------------------------------------------------
-
-    def prompt_text(self, observation: str) -> str:
-        return self.tokenizer.apply_chat_template(chat_messages(observation), add_generation_prompt=True, tokenize=False)
-
-    def _shared_prefix(self) -> tuple[list[int], Any] | None:
-        """Token ids and key/value cache of the system turn, shared by every prompt (None if unusable)."""
-        if self._prefix_checked:
-            return self._prefix
-        self._prefix_checked = True
-        if not self.options.prefix_cache:
-            return None
-        import torch
-
-        try:
-            text = self.tokenizer.apply_chat_template(
-                [{"role": "system", "content": SYSTEM_PROMPT}], add_generation_prompt=False, tokenize=False
-            )
-        except Exception:  # noqa: BLE001 - a template that refuses a lone system turn: no shared prefix
-            return None
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) < 2:
-            return None
-        ids = ids[:-1]  # leave the boundary token to each prompt, so merges across it cannot differ
-        with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([ids], device=self.model.device), use_cache=True)
-        self._prefix = (ids, out.past_key_values)
-        return self._prefix
-
-    # -- generation ------------------------------------------------------------------------------
-
-    def _static_cache_ok(self) -> bool:
-        """A static (preallocated) cache is used where the model supports one and every layer is plain attention."""
-        if self._static is None:
-            from transformers import StaticCache
-            from transformers.cache_utils import StaticLayer
-
-            ok = bool(getattr(self.model, "_can_compile_fullgraph", False))
-            if ok:
-                try:
-                    probe = StaticCache(config=self.model.config, max_cache_len=8)
-                    ok = all(type(layer) is StaticLayer for layer in probe.layers)
-                except Exception:  # noqa: BLE001 - an architecture StaticCache cannot describe: use the dynamic one
-                    ok = False
-            self._static = ok
-        return self._static
-
-    def _cache(self, batch: int, prefix: tuple[list[int], Any] | None, max_len: int) -> Any:
-        """A key/value cache for ``batch`` prompts, holding the shared prefix when there is one.
-
-        A batch gets a static cache (preallocated, written in place) where the model supports one: a
-        growing cache copies itself at every token, which for 64 prompts on a CPU costs ~20% of the
-        time. A lone prompt keeps the growing cache: it has no padding, so attention runs without a
-        mask, which a static cache (empty slots) would need.
-        """
-        import copy
-
-        if batch > 1 and self._static_cache_ok():
-            from transformers import StaticCache
-
-            cache = StaticCache(config=self.model.config, max_cache_len=max_len)
-            if prefix is not None:
-                for i, layer in enumerate(prefix[1].layers):
-                    keys = layer.keys.expand(batch, -1, -1, -1).contiguous()
-                    values = layer.values.expand(batch, -1, -1, -1).contiguous()
-                    cache.update(keys, values, i)
-            return cache
-        if prefix is None:
-            return None
-        cache = copy.deepcopy(prefix[1])
-        cache.batch_repeat_interleave(batch)
-        return cache
-
-    def generate(self, prompts: list[str], *, seed: int | None = None) -> list[tuple[str, int, int]]:
-        """Replies to ``prompts`` (already chat-formatted): ``(text, prompt_tokens, completion_tokens)``.
-
-        One ``generate`` call for all prompts. Each prompt is laid out as [shared prefix][padding][rest],
-        the padding masked out and position ids taken from the mask, so a prompt's reply does not depend
-        on the others in its batch.
-        """
-        import torch
-
-        o = self.options
-        encoded = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
-        prefix = self._shared_prefix()
-        if prefix is not None and not all(len(e) > len(prefix[0]) and e[: len(prefix[0])] == prefix[0] for e in encoded):
-            prefix = None
-        n_prefix = len(prefix[0]) if prefix is not None else 0
-        width = max(len(e) - n_prefix for e in encoded)
-        ids = torch.full((len(prompts), n_prefix + width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, e in enumerate(encoded):
-            ids[i, :n_prefix] = torch.tensor(e[:n_prefix], dtype=torch.long)
-            mask[i, :n_prefix] = 1
-            rest = e[n_prefix:]
-            ids[i, ids.shape[1] - len(rest) :] = torch.tensor(rest, dtype=torch.long)
-            mask[i, ids.shape[1] - len(rest) :] = 1
-        device = self.model.device
-        kwargs: dict[str, Any] = dict(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=o.max_new_tokens,
-            do_sample=o.do_sample,
-            eos_token_id=self.stop_ids,
-            pad_token_id=self.pad_id,
-            repetition_penalty=1.0,  # decoding is what ModelOptions says, not a model card's defaults
-        )
-        if o.do_sample:
-            kwargs.update(temperature=o.temperature, top_p=o.top_p, top_k=0)
-        past = self._cache(len(prompts), prefix, ids.shape[1] + o.max_new_tokens)
-        if past is not None:
-            kwargs["past_key_values"] = past
-        devices = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, enabled=o.do_sample), torch.inference_mode():
-            if o.do_sample:
-                torch.manual_seed(seed if seed is not None else o.seed)
-            out = self.model.generate(**kwargs)
-        self.calls += 1
-        new = out[:, ids.shape[1] :].tolist()
-        stops = set(self.stop_ids)
-        replies = []
-        for e, tokens in zip(encoded, new, strict=True):
-            n = next((k + 1 for k, tok in enumerate(tokens) if tok in stops), len(tokens))
-            text = self.tokenizer.decode(tokens[:n], skip_special_tokens=True).strip()
-            replies.append((text, len(e), n))
-        return replies
+    @property
+    def calls(self) -> int:
+        """Forward passes so far (for tests and benchmarks)."""
+        return sum(e.forward_calls for e in self.engines)
 
     def act(self, obs: BatchObservation) -> list[Decision]:
-        prompts = [self.prompt_text(p) for p in obs.prompts]
+        import torch
+
         size = self.options.batch_size
         decisions: list[Decision] = []
-        for chunk, start in enumerate(range(0, len(prompts), size)):
-            episodes = self.episodes[start : start + size]
-            seed = _step_seed(self.options.seed, episodes, obs.t, chunk)
-            for text, n_prompt, n_completion in self.generate(prompts[start : start + size], seed=seed):
-                parsed = parse_reply(text)
+        for chunk, engine in enumerate(self.engines):
+            start = chunk * size
+            convs = [obs.conversation(i) for i in range(start, start + engine.n)]
+            generator = None
+            if self.options.do_sample:
+                generator = torch.Generator(device="cpu").manual_seed(_step_seed(self.options.seed, self.episodes[start : start + engine.n], obs.t, chunk))
+            for turn in engine.step(convs, generator=generator):
+                parsed = parse_reply(turn.text)
                 decisions.append(
                     Decision(
                         action=parsed.action,
                         belief=parsed.belief,
-                        text=text,
+                        text=turn.text,
                         parse_ok=parsed.ok,
-                        usage={"prompt_tokens": n_prompt, "completion_tokens": n_completion},
+                        usage={"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids)},
                     )
                 )
         return decisions

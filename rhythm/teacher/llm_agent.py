@@ -3,8 +3,8 @@
 llm.base_url=...``, ``--set llm.endpoint=...``).
 
 The agent plays the same protocol as the LLM teacher (:func:`rhythm.teacher.llm_client.ask`: one
-request per step, one re-ask on a reply without a valid action, then the fallback) through the same
-client. At each step the requests of every live episode go out together, at most
+request per step carrying the week's conversation so far, ``llm.history_turns`` to keep only the last
+K steps; one re-ask on a reply without a valid action, then the fallback) through the same client. At each step the requests of every live episode go out together, at most
 ``llm.concurrency`` at a time, on an event loop the agent owns in a background thread (so ``act`` is a
 plain call, from any thread). Each decision carries its usage; the batch runner sums it per episode.
 
@@ -54,7 +54,8 @@ class LLMAgent:
         self.episodes = list(episodes)
 
     def act(self, obs: BatchObservation) -> list[Decision]:
-        replies = self._run(self._ask_all(obs.prompts))
+        k = self.options.history_turns
+        replies = self._run(self._ask_all([obs.conversation(i, max_turns=k) for i in range(len(obs.prompts))]))
         decisions = []
         for r in replies:
             usage: dict[str, float] = {
@@ -69,13 +70,13 @@ class LLMAgent:
             decisions.append(Decision(r.parsed.action, r.parsed.belief, r.text, r.parsed.ok, usage))
         return decisions
 
-    async def _ask_all(self, prompts: list[str]) -> list[StepReply]:
+    async def _ask_all(self, prompts: list[list[dict[str, str]]]) -> list[StepReply]:
         if self._client is None:  # built on the agent's own loop, which every later call uses too
             self._client = ChatClient(self.target, self.options, credential=self.credential, meter=self.meter, stats=self.stats)
         client = self._client
         gate = asyncio.Semaphore(self.options.concurrency)
 
-        async def one(prompt: str) -> StepReply:
+        async def one(prompt: list[dict[str, str]]) -> StepReply:
             async with gate:
                 return await ask(client, prompt)
 

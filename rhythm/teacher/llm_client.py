@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rhythm.errors import RhythmError
-from rhythm.protocol import FORMAT_REMINDER, ParsedReply, chat_messages, parse_reply
+from rhythm.protocol import FORMAT_REMINDER, ParsedReply, parse_reply
 
 PROVIDERS = ("openai", "azure")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
@@ -87,6 +87,9 @@ class LLMConfig:
     """Stop sending requests once this much has been spent (needs a price for the model)."""
     concurrency: int = 8
     """rhythm eval: requests in flight per step. (rhythm generate uses its own --concurrency.)"""
+    history_turns: int | None = None
+    """Steps of the week sent with each request (protocol v2 sends the whole conversation); K keeps
+    only the last K observations and replies, to cut cost. null: the whole week."""
     max_consecutive_failures: int = 10
     """rhythm generate: stop after this many episodes in a row failed (the endpoint looks down)."""
 
@@ -501,23 +504,24 @@ class StepReply:
         }
 
 
-def reask_messages(observation_text: str, first_reply: str) -> list[dict[str, str]]:
+def reask_messages(messages: list[dict[str, str]], first_reply: str) -> list[dict[str, str]]:
     """The follow-up conversation after a reply without a valid action: the reply, then the reminder."""
     return [
-        *chat_messages(observation_text),
+        *messages,
         {"role": "assistant", "content": first_reply},
         {"role": "user", "content": FORMAT_REMINDER},
     ]
 
 
-async def ask(client: ChatClient, observation_text: str) -> StepReply:
-    """One step: system prompt + observation; a reply with no valid action gets one re-ask with the
-    format reminder, and if that fails too the parser's fallback action stands (``parsed.ok`` False)."""
-    first = await client.complete(chat_messages(observation_text))
+async def ask(client: ChatClient, messages: list[dict[str, str]]) -> StepReply:
+    """One step: the conversation so far (protocol v2), ending on this step's observation. A reply with
+    no valid action gets one re-ask with the format reminder, and if that fails too the parser's
+    fallback action stands (``parsed.ok`` False). Only the kept reply enters the conversation."""
+    first = await client.complete(messages)
     parsed = parse_reply(first.text)
     replies = [first]
     if not parsed.ok:
-        second = await client.complete(reask_messages(observation_text, first.text))
+        second = await client.complete(reask_messages(messages, first.text))
         replies.append(second)
         parsed = parse_reply(second.text)
     costs = [r.cost_usd for r in replies]

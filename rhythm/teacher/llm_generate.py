@@ -2,8 +2,9 @@
 ``rhythm generate --teacher azure --endpoint URL --deployment NAME --api-version V``.
 
 ``concurrency`` episodes are in flight at once (asyncio workers over one async client); the steps of an
-episode go in order, one request each: the protocol's system prompt and that step's observation text,
-as :mod:`rhythm.protocol` gives them, rendered by the scalar :class:`rhythm.env.RhythmEnv` exactly as
+episode go in order, one request each carrying the episode's conversation so far (protocol v2: the
+system prompt, every earlier observation and reply, this step's observation; ``llm.history_turns``
+keeps the last K steps for cost), as :mod:`rhythm.protocol` builds it, observations rendered by the scalar :class:`rhythm.env.RhythmEnv` exactly as
 the batch runner renders it. A reply with no valid action gets one re-ask with the format reminder;
 if that fails too the fallback action is played and the step counts as a parse failure.
 
@@ -42,6 +43,7 @@ from rhythm.config import config_hash
 from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.env.rhythm_env import RhythmEnv
 from rhythm.grader import score_episode
+from rhythm.protocol import conversation
 from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
 from rhythm.teacher.generate import GenerateConfig, GenerateSummary, open_output
@@ -113,10 +115,13 @@ async def play_episode(
     episode_return = 0.0
     crashes = 0
     belief = None
+    history_turns = client.llm.history_turns
     for t in range(EPISODE_STEPS):
         observation = env.text
+        messages = conversation([s.observation for s in steps] + [observation], [s.response for s in steps],
+                                max_turns=history_turns)
         try:
-            reply = await ask(client, observation)
+            reply = await ask(client, messages)
         except EpisodeAPIError as err:
             raise EpisodeFailed(err, t, total) from None
         _, reward, _, _, info = env.step(reply.parsed.action)

@@ -1,12 +1,13 @@
-"""SFT data: teacher episodes (JSONL, a file or ``-``) become chat examples, one per step.
+"""SFT data: teacher episodes (JSONL, a file or ``-``) become chat examples, one per *episode*.
 
-Each example is what the student sees and says at one step, in the text protocol
-(:mod:`rhythm.protocol`): ``messages = [system: SYSTEM_PROMPT, user: the observation text with its
-history, assistant: the teacher's reply]``, plus the episode's identity (``episode``, ``condition``,
-``split``, ``seed``, ``t``). Train and validation are split **by episode** (deterministic for a seed),
-never by step: consecutive steps of one person share most of their history, so a step split would
-leak. :func:`build_examples` is pure Python; :func:`build_dataset` wraps its result in a
-``datasets.DatasetDict``. What was left out, and why, is counted in a :class:`DataReport`.
+Protocol v2: an example is a whole week as one conversation (:func:`rhythm.protocol.record_conversation`):
+``messages = [system, user: step 1's observation, assistant: the teacher's reply, ..., user: step 28,
+assistant: reply 28]``, plus the episode's identity (``episode``, ``condition``, ``split``, ``seed``).
+The loss falls on every assistant turn (TRL's ``assistant_only_loss``), so the student learns each
+reply *given all the evidence before it*, as the teacher had it. An episode with a reply that names no
+valid action (an LLM teacher's parse failure) is left out whole, since one turn cannot be cut out of a
+conversation. Train and validation are split **by person** (deterministic for a seed). What was left
+out, and why, is counted in a :class:`DataReport`; records of another protocol version are refused.
 
     from rhythm.train.data import DataOptions, build_dataset
     dsd, report = build_dataset(["data/teacher_30ep.jsonl"], DataOptions(val_fraction=0.1, min_score=0.5))
@@ -21,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rhythm.errors import RhythmError
-from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply
+from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
 # Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
-PARSE_FAILURE = "reply has no valid ACTION (parse_ok false)"
-EMPTY_REPLY = "empty reply"
-TOO_LONG = "longer than max_length tokens"
+PARSE_FAILURE = "a reply has no valid ACTION (parse_ok false)"
+EMPTY_REPLY = "an empty reply"
+TOO_LONG = "longer than max_length tokens (truncation would drop the last turns' loss)"
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,9 @@ class DataOptions:
     min_score: float | None = None
     """Keep only episodes whose score.final_score is at least this (None = keep all)."""
     strip_reasoning: bool = False
-    """Train on the BELIEF/ACTION lines only (the reply re-rendered by the protocol)."""
+    """Train on the BELIEF/ACTION lines only (each reply re-rendered by the protocol)."""
     drop_parse_failures: bool = True
-    """Leave out steps whose reply names no valid action."""
+    """Leave out episodes with a reply that names no valid action."""
 
 
 @dataclass
@@ -62,32 +63,49 @@ class DataReport:
     dropped_episodes: dict[str, int] = field(default_factory=dict)
     """reason -> episodes left out whole"""
     dropped_steps: dict[str, int] = field(default_factory=dict)
-    """reason -> steps left out (steps of dropped episodes included)"""
+    """reason -> steps left out (the steps of dropped episodes)"""
+    max_tokens: int = 0
+    """Tokens of the longest rendered week (set once a tokenizer has seen the data)."""
 
     def drop_steps(self, reason: str, n: int = 1) -> None:
         self.dropped_steps[reason] = self.dropped_steps.get(reason, 0) + n
+
+    def drop_episode(self, reason: str, steps: int) -> None:
+        self.dropped_episodes[reason] = self.dropped_episodes.get(reason, 0) + 1
+        self.drop_steps(reason, steps)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     def summary_line(self) -> str:
-        dropped = sum(self.dropped_steps.values())
-        why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_steps.items())) or "none"
+        dropped = sum(self.dropped_episodes.values())
+        why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
         return (
             f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
-            f"train {self.train_examples} examples ({self.train_episodes} episodes), "
-            f"validation {self.validation_examples} ({self.validation_episodes} episodes); "
-            f"dropped {dropped} steps ({why})"
+            f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
+            f"dropped {dropped} episodes ({why})"
         )
 
 
-def step_messages(observation: str, response: str) -> list[dict[str, str]]:
-    """The chat of one step: system prompt, observation, teacher reply."""
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": observation},
-        {"role": "assistant", "content": response},
-    ]
+def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> tuple[list[str], str | None]:
+    """The assistant turns of one episode, or the reason it is left out."""
+    replies = []
+    for i, step in enumerate(steps):
+        observation, response = step["observation"], step["response"]
+        if not isinstance(observation, str) or not observation.strip():
+            raise RhythmError(f"{where}: step {i} has no observation text")
+        if not isinstance(response, str):
+            raise RhythmError(f"{where}: step {i} response is not text")
+        if not response.strip():
+            return [], EMPTY_REPLY
+        parsed = parse_reply(response)
+        ok = step.get("parse_ok", parsed.ok)
+        if not isinstance(ok, bool):
+            raise RhythmError(f"{where}: step {i} parse_ok must be true or false, got {ok!r}")
+        if (options.drop_parse_failures and not ok) or (options.strip_reasoning and not parsed.ok):
+            return [], PARSE_FAILURE
+        replies.append(format_ending(parsed.belief, parsed.action) if options.strip_reasoning else response)
+    return replies, None
 
 
 def _final_score(record: dict[str, Any], where: str) -> float:
@@ -134,8 +152,11 @@ def build_examples(
             steps = record["steps"]
             report.steps_read += len(steps)
             if options.min_score is not None and _final_score(record, where) < options.min_score:
-                report.dropped_episodes[BELOW_MIN_SCORE] = report.dropped_episodes.get(BELOW_MIN_SCORE, 0) + 1
-                report.drop_steps(BELOW_MIN_SCORE, len(steps))
+                report.drop_episode(BELOW_MIN_SCORE, len(steps))
+                continue
+            replies, reason = _replies(steps, options, where)
+            if reason is not None:
+                report.drop_episode(reason, len(steps))
                 continue
             # The person, not the file, is the unit of the split: the same (condition, split, seed) played
             # by two teachers must not land on both sides.
@@ -143,34 +164,16 @@ def build_examples(
             rows = by_episode.setdefault(episode, [])
             if not rows:
                 report.episodes_kept += 1
-            for i, step in enumerate(steps):
-                observation, response = step["observation"], step["response"]
-                if not isinstance(observation, str) or not observation.strip():
-                    raise RhythmError(f"{where}: step {i} has no observation text")
-                if not isinstance(response, str):
-                    raise RhythmError(f"{where}: step {i} response is not text")
-                if not response.strip():
-                    report.drop_steps(EMPTY_REPLY)
-                    continue
-                parsed = parse_reply(response)
-                ok = step.get("parse_ok", parsed.ok)
-                if not isinstance(ok, bool):
-                    raise RhythmError(f"{where}: step {i} parse_ok must be true or false, got {ok!r}")
-                if (options.drop_parse_failures and not ok) or (options.strip_reasoning and not parsed.ok):
-                    report.drop_steps(PARSE_FAILURE)
-                    continue
-                content = format_ending(parsed.belief, parsed.action) if options.strip_reasoning else response
-                rows.append(
-                    {
-                        "messages": step_messages(observation, content),
-                        "episode": episode,
-                        "condition": str(record["condition"]),
-                        "split": str(record["split"]),
-                        "seed": int(record["seed"]),
-                        "t": int(step["t"]),
-                        "agent": str(record["agent"]),
-                    }
-                )
+            rows.append(
+                {
+                    "messages": record_conversation(record, include_reply=True, replies=replies, where=where),
+                    "episode": episode,
+                    "condition": str(record["condition"]),
+                    "split": str(record["split"]),
+                    "seed": int(record["seed"]),
+                    "agent": str(record["agent"]),
+                }
+            )
     train_keys, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):
@@ -200,28 +203,34 @@ def build_dataset(paths: str | Sequence[str], options: DataOptions = DataOptions
     return to_dataset_dict(rows), report
 
 
-def drop_overlong(dsd, tokenizer, max_length: int | None, report: DataReport):
-    """Leave out examples whose rendered chat is longer than ``max_length`` tokens.
+def token_lengths(dsd, tokenizer) -> dict[str, list[int]]:
+    """Tokens of every rendered example, per split (what ``max_length`` must cover)."""
+    return {
+        name: [len(tokenizer.apply_chat_template(m, tokenize=True, return_dict=True)["input_ids"]) for m in dsd[name]["messages"]]
+        for name in dsd
+    }
 
-    TRL would truncate them from the right, cutting off the very lines the student must learn
-    (BELIEF and ACTION), so they are dropped and counted instead.
+
+def drop_overlong(dsd, tokenizer, max_length: int | None, report: DataReport):
+    """Leave out whole weeks whose rendered chat is longer than ``max_length`` tokens, and count them.
+
+    TRL truncates from the right, which would silently cut the last turns (and their loss) off a week,
+    so such examples are dropped and reported instead; the longest week is recorded in the report.
     """
+    lengths = token_lengths(dsd, tokenizer)
+    report.max_tokens = max((n for v in lengths.values() for n in v), default=0)
     if max_length is None:
         return dsd
-
-    def fits(example: dict[str, Any]) -> bool:
-        ids = tokenizer.apply_chat_template(example["messages"], tokenize=True, return_dict=True)["input_ids"]
-        return len(ids) <= max_length
-
     for name in list(dsd):
-        before = len(dsd[name])
-        dsd[name] = dsd[name].filter(fits, desc=f"dropping {name} examples over {max_length} tokens")
-        if len(dsd[name]) < before:
-            report.drop_steps(TOO_LONG, before - len(dsd[name]))
+        keep = [i for i, n in enumerate(lengths[name]) if n <= max_length]
+        if len(keep) < len(dsd[name]):
+            report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + len(dsd[name]) - len(keep)
+            dsd[name] = dsd[name].select(keep)
     report.train_examples = len(dsd["train"])
     report.validation_examples = len(dsd["validation"]) if "validation" in dsd else 0
     if report.train_examples == 0:
-        raise RhythmError(f"every training example is longer than max_length={max_length} tokens; raise max_length")
+        raise RhythmError(f"every training week is longer than max_length={max_length} tokens "
+                          f"(the longest is {report.max_tokens}); raise max_length")
     if "validation" in dsd and len(dsd["validation"]) == 0:
         del dsd["validation"]
     report.train_episodes = len(set(dsd["train"]["episode"]))

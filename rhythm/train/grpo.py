@@ -102,6 +102,8 @@ class GRPORunConfig:
     Step mode: their states join the prompts; episode mode: those people join the ones played."""
     rollout_conditions: list[str] = field(default_factory=lambda: ["in-dist"])
     """Conditions of the student's rollouts."""
+    strip_reasoning: bool = False
+    """Step mode: earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
     # --- GRPO
     num_generations: int = 8
     """Replies sampled per prompt (the group GRPO normalises rewards within); >= 2."""
@@ -326,7 +328,7 @@ def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = (
 
     paths = data_paths(cfg)
     if cfg.mode == "step":
-        return build_prompts(paths, PromptOptions(cfg.every_k_steps, cfg.max_prompts, cfg.seed), student_records)
+        return build_prompts(paths, PromptOptions(cfg.every_k_steps, cfg.max_prompts, cfg.seed, cfg.strip_reasoning), student_records)
     keys, report = episode_keys(paths, student_records)
     rows = episode_rows(keys, every_k_steps=cfg.every_k_steps, max_episodes=cfg.max_episodes, seed=cfg.seed, report=report)
     people = len(rows) // turns_per_week(cfg)
@@ -412,53 +414,42 @@ class RewardLog:
 
 
 class PolicyAgent:
-    """The policy being trained, as a rhythm agent: one batched, sampled ``generate`` per turn, with the
-    trainer's own generation settings (temperature, top_p, max_completion_length, eos tokens).
+    """The policy being trained, as a rhythm agent: each week one conversation, every turn one sampled
+    reply with the trainer's own generation settings (temperature, top_p, max_completion_length, eos
+    tokens), through the same lockstep engine eval uses (:class:`rhythm.model.lockstep.LockstepChat`).
 
-    Prompts are rendered exactly as :class:`rhythm.eval.model_agent.ModelAgent` renders them (chat
-    template with the generation prompt, tokenised without extra special tokens); the token ids of
-    every prompt and reply are kept per episode and turn for the GRPO loss.
+    For the GRPO loss, each turn keeps its prompt ids (the whole conversation so far, as the chat
+    template renders it: what the policy saw) and its completion ids (up to and including the stop token).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, generation_config: Any, eos_token_ids: Sequence[int], name: str) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.generation_config = generation_config
-        self.eos = set(int(i) for i in eos_token_ids)
-        self.pad_id = int(tokenizer.pad_token_id)
+    def __init__(self, model: Any, tokenizer: Any, generation_config: Any, eos_token_ids: Sequence[int], name: str,
+                 seed: int = 0) -> None:
+        from rhythm.model.lockstep import LockstepChat
+
+        g = generation_config
+        self.engine = LockstepChat(model, tokenizer, stop_ids=list(eos_token_ids), max_new_tokens=int(g.max_new_tokens),
+                                   do_sample=True, temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0))
         self.name = name
+        self.seed = seed
         self.turns: list[dict[int, tuple[list[int], list[int]]]] = []
 
     def reset(self, episodes: list[Any]) -> None:
         self.turns = [{} for _ in episodes]
+        self.engine.reset(len(episodes))
 
     def act(self, obs: Any) -> list[Any]:
         import torch
 
         from rhythm.agents.base import Decision
-        from rhythm.protocol import chat_messages, parse_reply
+        from rhythm.protocol import parse_reply
 
-        texts = [self.tokenizer.apply_chat_template(chat_messages(p), add_generation_prompt=True, tokenize=False)
-                 for p in obs.prompts]
-        encoded = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        width = max(len(e) for e in encoded)
-        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, e in enumerate(encoded):
-            ids[i, width - len(e):] = torch.tensor(e, dtype=torch.long)
-            mask[i, width - len(e):] = 1
-        device = self.model.device
-        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                  generation_config=self.generation_config)
+        generator = torch.Generator(device="cpu").manual_seed(self.seed * 1000 + obs.t)
         decisions = []
-        for i, tokens in enumerate(out[:, width:].tolist()):
-            n = next((k + 1 for k, tok in enumerate(tokens) if tok in self.eos), len(tokens))
-            completion = tokens[:n]  # up to and including the first end-of-turn token, as TRL keeps it
-            self.turns[i][obs.t] = (encoded[i], completion)
-            text = self.tokenizer.decode(completion, skip_special_tokens=True).strip()
-            parsed = parse_reply(text)
-            decisions.append(Decision(parsed.action, parsed.belief, text, parsed.ok,
-                                      {"prompt_tokens": len(encoded[i]), "completion_tokens": len(completion)}))
+        for i, turn in enumerate(self.engine.step([obs.conversation(i) for i in range(len(obs.prompts))], generator=generator)):
+            self.turns[i][obs.t] = (turn.prompt_ids, turn.completion_ids)
+            parsed = parse_reply(turn.text)
+            decisions.append(Decision(parsed.action, parsed.belief, turn.text, parsed.ok,
+                                      {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids)}))
         return decisions
 
 
@@ -498,7 +489,8 @@ def make_week_rollout(name: str, records_path: Path | None) -> Callable[[list[An
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
-            agent = PolicyAgent(model, trainer.processing_class, trainer.generation_config, trainer.eos_token_ids, name)
+            agent = PolicyAgent(model, trainer.processing_class, trainer.generation_config, trainer.eos_token_ids, name,
+                                seed=trainer.args.seed * 100_003 + step)
             for (c, s), weeks_here in by_split.items():
                 records = play_batch(agent, c, s, [seed for seed, _ in weeks_here], model=name)
                 for (seed, k), record, turns in zip(weeks_here, records, agent.turns, strict=True):

@@ -2,8 +2,10 @@
 
 Step mode (the default of ``rhythm grpo``): one prompt per (episode, step) of teacher episodes (JSONL,
 a file or ``-``), and optionally of the student's own rollouts. A row is TRL's conversational
-``prompt`` (``[system: SYSTEM_PROMPT, user: the observation text]``, exactly what the student sees at
-eval) plus the state's identity, which the reward functions of :mod:`rhythm.train.rewards` read:
+``prompt``, the episode's conversation up to step t with the recorded agent's earlier replies
+(protocol v2, :func:`rhythm.protocol.record_conversation`; with ``strip_reasoning`` those replies are
+cut to their BELIEF/ACTION lines, as a student trained that way writes them), plus the state's
+identity, which the reward functions of :mod:`rhythm.train.rewards` read:
 
     condition, split, seed   the person (the hidden profile is drawn from these)
     t                        the step (0..27)
@@ -39,7 +41,7 @@ import numpy as np
 
 from rhythm.env.constants import ACTION_INDEX, CONDITIONS, EPISODE_STEPS, SPLITS
 from rhythm.errors import RhythmError
-from rhythm.protocol import SYSTEM_PROMPT, chat_messages
+from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
 METER_TOLERANCE = 1e-6
@@ -56,6 +58,8 @@ class PromptOptions:
     """At most this many prompts, a seeded random subset (None = all that every_k_steps kept)."""
     seed: int = 0
     """Seeds the per-episode offsets and the subset."""
+    strip_reasoning: bool = False
+    """Earlier replies in each prompt cut to their BELIEF/ACTION lines (match the SFT data's setting)."""
 
 
 @dataclass
@@ -134,10 +138,11 @@ def check_replay(record: dict[str, Any], where: str, actions: Sequence[str]) -> 
             )
 
 
-def state_row(record: dict[str, Any], step: dict[str, Any], prefix: list[str], source: str) -> dict[str, Any]:
-    """One GRPO prompt: the observation at ``step`` and the identity of its state."""
+def state_row(record: dict[str, Any], step: dict[str, Any], prefix: list[str], source: str,
+              replies: list[str] | None = None, where: str = "record") -> dict[str, Any]:
+    """One GRPO prompt: the conversation up to ``step`` and the identity of its state."""
     return {
-        "prompt": chat_messages(step["observation"]),
+        "prompt": record_conversation(record, int(step["t"]), replies=replies, where=where),
         "condition": str(record["condition"]),
         "split": str(record["split"]),
         "seed": int(record["seed"]),
@@ -162,6 +167,9 @@ def record_rows(record: dict[str, Any], where: str, options: PromptOptions, repo
     source = str(record.get("agent") or "unknown")
     episode = f"{record['condition']}/{record['split']}/{record['seed']}"
     offset = _offset(options, episode, source)
+    replies = None
+    if options.strip_reasoning:
+        replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
     rows = []
     for i, step in enumerate(record["steps"]):
         if options.every_k_steps > 1 and i % options.every_k_steps != offset:
@@ -169,7 +177,7 @@ def record_rows(record: dict[str, Any], where: str, options: PromptOptions, repo
         observation = step["observation"]
         if not isinstance(observation, str) or not observation.strip():
             raise RhythmError(f"{where}: step {i} has no observation text")
-        rows.append(state_row(record, step, actions[:i], source))
+        rows.append(state_row(record, step, actions[:i], source, replies, where))
     if report is not None:
         report.episodes_read += 1
         report.steps_read += len(record["steps"])

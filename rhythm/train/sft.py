@@ -7,10 +7,13 @@
     rhythm sft --config configs/sft.yaml --flavor a10g-large --set hub_model_id=me/rhythm-sft \\
         --set data_repo=me/rhythm-teacher                                            # Hugging Face Jobs
 
-Each step of a teacher episode is one chat (system prompt, observation, teacher reply; see
-:mod:`rhythm.train.data`), and the loss falls on the assistant's tokens only (``assistant_only_loss``,
-which needs ``{% generation %}`` markers: the tiny student's template has them, and for Qwen2.5 TRL
-swaps in its own training template). Validation loss is computed on held-out *episodes*.
+Each teacher episode is one example: the whole week as one conversation (protocol v2; see
+:mod:`rhythm.train.data`), and the loss falls on every assistant turn and nothing else
+(``assistant_only_loss``, which needs ``{% generation %}`` markers: the tiny student's template has
+them, and for Qwen2.5 TRL swaps in its own training template). ``max_length`` must cover a whole week:
+longer weeks are dropped and counted rather than truncated (truncation would silently drop the last
+turns' loss), and the longest week's token count is logged. Validation loss is computed on held-out
+*people*.
 
 ``output_dir`` receives: the adapter (or the full model with ``use_peft: false``) and the tokenizer,
 ``checkpoint-N/`` folders (resume with ``resume_from_checkpoint: latest``), ``training_log.jsonl`` (one
