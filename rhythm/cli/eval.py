@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetOpt, overrides
+from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetOpt, WaitLockOpt, overrides
 
 
 def eval_command(
@@ -23,6 +23,7 @@ def eval_command(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    wait_lock: WaitLockOpt = False,
 ) -> None:
     """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates."""
     from rhythm.cli.report import print_eval_table
@@ -36,6 +37,6 @@ def eval_command(
     cfg = load_config(EvalConfig, config, overrides(given, set_))
     validate(cfg)
     with progress_bars(disable=quiet) as bars:
-        results, path, ep_path = run_eval(cfg, progress_factory=bars)
+        results, path, ep_path = run_eval(cfg, progress_factory=bars, wait_lock=wait_lock, say=err_console.print)
     print_eval_table(results)
     err_console.print(f"wrote {path} and {ep_path}")
