@@ -25,7 +25,13 @@ def eval_command(
     quiet: QuietOpt = False,
     wait_lock: WaitLockOpt = False,
 ) -> None:
-    """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates."""
+    """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates.
+
+    \b
+    Examples:
+      rhythm eval --condition ood      # heuristic -> eval_results_v2.json
+      rhythm eval --agent model:runs/sft-tiny --condition all -o runs/eval/eval_results_v2.json
+    """
     from rhythm.cli.report import print_eval_table
     from rhythm.cli.ui import err_console, progress_bars
     from rhythm.config import load_config

@@ -30,6 +30,11 @@ def generate_command(
 ) -> None:
     """Play a teacher on train-split seeds and write one episode per JSONL line.
 
+    \b
+    Examples:
+      rhythm generate --seeds 0-29      # bayes teacher -> data/teacher_30ep.jsonl
+      rhythm generate --seeds 0-999 --concurrency 2 -o data/teacher_1000ep.jsonl
+
     Exit code 1 when an openai / azure run could not write every episode (failed episodes, budget
     reached): rerun with --resume to play the rest.
     """

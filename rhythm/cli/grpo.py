@@ -27,7 +27,13 @@ def grpo_command(
     set_: opt.SetOpt = None,
     quiet: opt.QuietOpt = False,
 ) -> None:
-    """GRPO from the SFT adapter with rewards from the env (format, belief, action value; or whole-week scores)."""
+    """GRPO from the SFT adapter with rewards from the env (format, belief, action value; or whole-week scores).
+
+    \b
+    Examples:
+      rhythm grpo --config configs/grpo-tiny.yaml      # from runs/sft-tiny -> runs/grpo-tiny
+      rhythm grpo --flavor a10g-large      # YOU/rhythm-sft -> YOU/rhythm-grpo on Jobs
+    """
     import sys
 
     import orjson

@@ -25,7 +25,13 @@ def sft_command(
     set_: opt.SetOpt = None,
     quiet: opt.QuietOpt = False,
 ) -> None:
-    """Supervised fine-tuning on teacher episodes (assistant-only loss, validation by episode)."""
+    """Supervised fine-tuning on teacher episodes (assistant-only loss, validation by episode).
+
+    \b
+    Examples:
+      rhythm sft --config configs/sft-tiny.yaml      # offline tiny student, CPU -> runs/sft-tiny
+      rhythm sft --flavor a10g-large      # Hugging Face Jobs -> YOU/rhythm-sft
+    """
     import sys
 
     import orjson

@@ -58,6 +58,15 @@ def hub_user() -> str | None:
     return str(name)
 
 
+def user_repo(name: str, option: str) -> str:
+    """``USER/name`` for the token's user (``rhythm upload`` without ``--repo``), or one clear line."""
+    user = hub_user()
+    if user is None:
+        raise RhythmError(f"no repo given: pass {option} user/name, or set HF_TOKEN (or run `hf auth login`) "
+                          f"so it defaults to YOU/{name}")
+    return f"{user}/{name}"
+
+
 def _default_of(cfg: Any, name: str) -> Any:
     field = next(f for f in dataclasses.fields(cfg) if f.name == name)
     return field.default

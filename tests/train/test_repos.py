@@ -75,3 +75,15 @@ def test_no_token_or_a_refused_one_is_one_line_exit_2(hub, tmp_path, token):
     assert "--hub-model-id user/name" in err
     assert ("whoami) failed" in err) if token else ("set HF_TOKEN" in err and "YOU/rhythm-sft" in err)
     assert hub.jobs == {}
+
+
+def test_upload_without_repo_goes_to_the_users_teacher_repo(hub, tmp_path):
+    from .helpers import write_episodes
+
+    write_episodes(tmp_path / "t.jsonl", range(2))
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", "t.jsonl")
+    assert code == 0, err
+    assert "hub repos: data tester/rhythm-teacher (default from whoami)" in err
+    assert hub.repo("tester/rhythm-teacher", "dataset").files["t.jsonl"] == (tmp_path / "t.jsonl").read_bytes()
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", "t.jsonl", "--repo-type", "model")
+    assert code == 2 and err.strip() == "rhythm: error: --repo user/name is required for a model upload"
