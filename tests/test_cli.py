@@ -53,3 +53,32 @@ def test_every_command_has_help(run_cli) -> None:
         assert cmd in out
         c, o, _ = run_cli(cmd, "--help")
         assert c == 0 and "--config" in o
+
+
+COMMANDS = ("generate", "reeval", "upload", "sft", "grpo", "eval", "plot", "quickstart")
+
+
+def test_every_help_shows_an_example(run_cli) -> None:
+    code, out, _ = run_cli("--help")
+    for line in ("rhythm generate --seeds 0-29", "rhythm eval --condition ood", "rhythm sft --flavor a10g-large"):
+        assert line in out
+    for cmd in COMMANDS:
+        code, out, _ = run_cli(cmd, "--help")
+        assert code == 0 and "Examples:" in out and f"\n    rhythm {cmd}" in out, out
+
+
+@pytest.mark.parametrize(
+    "cmd, needle",
+    [
+        ("reeval", "file not found: data/teacher_30ep.jsonl"),
+        ("upload", "nothing to upload; pass --files FILE"),
+        ("sft", "file not found: data/teacher_30ep.jsonl"),
+        ("grpo", "file not found: data/teacher_30ep.jsonl"),
+        ("plot", "nothing to plot: pass --results FILE"),
+    ],
+)
+def test_no_arguments_in_an_empty_directory_says_what_is_missing(run_cli, tmp_path, monkeypatch, cmd, needle) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(cmd)
+    assert code == 2 and out == "" and err.splitlines() == [f"rhythm: error: {needle}" + err.split(needle, 1)[1].rstrip("\n")]
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetOpt, overrides
+from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetOpt, WaitLockOpt, overrides
 
 
 def eval_command(
@@ -26,8 +26,15 @@ def eval_command(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    wait_lock: WaitLockOpt = False,
 ) -> None:
-    """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates."""
+    """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates.
+
+    \b
+    Examples:
+      rhythm eval --condition ood      # heuristic -> eval_results_v2.json
+      rhythm eval --agent model:runs/sft-tiny --condition all -o runs/eval/eval_results_v2.json
+    """
     from rhythm.cli.report import print_eval_table
     from rhythm.cli.ui import err_console, progress_bars
     from rhythm.config import load_config
@@ -40,6 +47,6 @@ def eval_command(
     cfg = load_config(EvalConfig, config, overrides(given, set_))
     validate(cfg)
     with progress_bars(disable=quiet) as bars:
-        results, path, ep_path = run_eval(cfg, progress_factory=bars)
+        results, path, ep_path = run_eval(cfg, progress_factory=bars, wait_lock=wait_lock, say=err_console.print)
     print_eval_table(results)
     err_console.print(f"wrote {path} and {ep_path}")

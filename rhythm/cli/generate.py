@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, ResumeOpt, SeedsOpt, SetOpt, overrides
+from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, ResumeOpt, SeedsOpt, SetOpt, WaitLockOpt, overrides
 
 
 def generate_command(
@@ -17,6 +17,7 @@ def generate_command(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="JSONL file, or - for stdout.")] = None,
     concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Worker processes (CPU teachers) or episodes in flight (openai / azure).")] = None,
     resume: ResumeOpt = False,
+    wait_lock: WaitLockOpt = False,
     model: Annotated[Optional[str], typer.Option("--model", help="openai: model name (key from OPENAI_API_KEY).")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="openai: any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1.")] = None,
     endpoint: Annotated[Optional[str], typer.Option("--endpoint", help="azure: https://RESOURCE.openai.azure.com (key from AZURE_OPENAI_API_KEY, else Entra ID).")] = None,
@@ -28,6 +29,11 @@ def generate_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Play a teacher on train-split seeds and write one episode per JSONL line.
+
+    \b
+    Examples:
+      rhythm generate --seeds 0-29      # bayes teacher -> data/teacher_30ep.jsonl
+      rhythm generate --seeds 0-999 --concurrency 2 -o data/teacher_1000ep.jsonl
 
     Exit code 1 when an openai / azure run could not write every episode (failed episodes, budget
     reached): rerun with --resume to play the rest.
@@ -48,7 +54,8 @@ def generate_command(
         def on_total(n: int) -> None:
             state["advance"] = bars(f"{cfg.teacher} episodes", n)
 
-        summary = generate(cfg, progress=lambda n: state["advance"](n), on_total=on_total)
+        summary = generate(cfg, progress=lambda n: state["advance"](n), on_total=on_total, wait_lock=wait_lock,
+                           say=err_console.print)
     err_console.print(summary_line(summary), markup=False, highlight=False, soft_wrap=True)
     if summary.failed or summary.stopped:
         raise typer.Exit(1)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import CheckpointResumeOpt, ConfigOpt, DryRunOpt, FlavorOpt, QuietOpt, SetOpt, overrides
+from rhythm.cli import options as opt
 
 
 def grpo_command(
@@ -16,37 +16,50 @@ def grpo_command(
     model: Annotated[Optional[str], typer.Option("--model", help="Base model (default: the adapter's own base).")] = None,
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Adapter, checkpoints, training_log.jsonl, reward_log.jsonl, config.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps.")] = None,
-    resume: CheckpointResumeOpt = False,
-    flavor: FlavorOpt = None,
-    dry_run: DryRunOpt = False,
-    config: ConfigOpt = None,
-    set_: SetOpt = None,
-    quiet: QuietOpt = False,
+    resume: opt.CheckpointResumeOpt = False,
+    flavor: opt.FlavorOpt = None,
+    dry_run: opt.DryRunOpt = False,
+    hub_model_id: opt.HubModelIdOpt = None,
+    data_repo: opt.DataRepoOpt = None,
+    push_to_hub: opt.PushToHubOpt = False,
+    wait_lock: opt.WaitLockOpt = False,
+    config: opt.ConfigOpt = None,
+    set_: opt.SetOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
-    """GRPO from the SFT adapter with rewards from the env (format, belief, action value; or whole-week scores)."""
+    """GRPO from the SFT adapter with rewards from the env (format, belief, action value; or whole-week scores).
+
+    \b
+    Examples:
+      rhythm grpo --config configs/grpo-tiny.yaml      # from runs/sft-tiny -> runs/grpo-tiny
+      rhythm grpo --flavor a10g-large      # YOU/rhythm-sft -> YOU/rhythm-grpo on Jobs
+    """
     import sys
 
     import orjson
 
+    from rhythm.cli.jobs import resolve_hub_repos, submit_stage
     from rhythm.cli.ui import err_console
     from rhythm.config import load_config
-    from rhythm.errors import RhythmError
+    from rhythm.locking import output_lock
     from rhythm.train.grpo import GRPORunConfig, data_paths, run_grpo, validate
 
     given = {"adapter": adapter, "data": data, "mode": mode, "model_name_or_path": model, "output_dir": output_dir,
-             "max_steps": max_steps, "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None}
-    cfg = load_config(GRPORunConfig, config, overrides(given, set_))
-    if dry_run and not cfg.flavor:
-        raise RhythmError("--dry-run describes a Hugging Face Jobs submission; add --flavor (e.g. a10g-large)")
+             "max_steps": max_steps, "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None,
+             "hub_model_id": hub_model_id, "data_repo": data_repo, "push_to_hub": push_to_hub or None}
+    cfg = load_config(GRPORunConfig, config, opt.overrides(given, set_))
+    cfg, repos = resolve_hub_repos("grpo", cfg, dry_run=dry_run)
     validate(cfg)
     if cfg.flavor:
-        from rhythm.cli.jobs import submit_stage
         from rhythm.train.jobs import JOB_PACKAGES
 
-        submit_stage("grpo", cfg, data_paths(cfg), dry_run=dry_run, lands="adapter",
+        submit_stage("grpo", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="adapter",
                      packages=JOB_PACKAGES + (("vllm",) if cfg.use_vllm else ()))
         return
-    summary = run_grpo(cfg, quiet=quiet, log=err_console.print)
+    if repos:  # push_to_hub
+        err_console.print(repos, markup=False, highlight=False, soft_wrap=True)
+    with output_lock(cfg.output_dir, wait=wait_lock, say=err_console.print):  # one run per output folder
+        summary = run_grpo(cfg, quiet=quiet, log=err_console.print)
     parts = [f"{name} {v['first']:.3f} -> {v['last']:.3f}" for name, v in summary["rewards"].items() if v["first"] is not None]
     err_console.print(
         f"grpo ({summary['mode']}): {summary['global_step']} steps, {summary['seconds']:.0f} s; mean reward per function "

@@ -28,7 +28,9 @@ from rhythm.errors import RhythmError
 
 app = typer.Typer(
     name="rhythm",
-    help="Teach small language models to infer a hidden person and act on it: env, teachers, SFT, GRPO, eval, plots.",
+    help="Teach small language models to infer a hidden person and act on it: env, teachers, SFT, GRPO, eval, plots."
+    "\n\n\b\nExamples:\n  rhythm generate --seeds 0-29\n  rhythm eval --condition ood\n  rhythm sft --flavor a10g-large"
+    "\n  rhythm quickstart",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -33,3 +33,16 @@ def overrides(options: dict[str, object], sets: list[str] | None) -> dict[str, o
 CheckpointResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output dir.")]
 FlavorOpt = Annotated[Optional[str], typer.Option("--flavor", help="Run on Hugging Face Jobs on this hardware, e.g. a10g-large.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="With --flavor: print the job spec (token redacted) and send nothing.")]
+WaitLockOpt = Annotated[
+    bool,
+    typer.Option("--wait-lock", help="If another run is writing the same output, wait for it instead of stopping (exit 2)."),
+]
+HubModelIdOpt = Annotated[
+    Optional[str],
+    typer.Option("--hub-model-id", help="Model repo for the result, user/name (default with --flavor / --push-to-hub: YOU/rhythm-STAGE from whoami)."),
+]
+DataRepoOpt = Annotated[
+    Optional[str],
+    typer.Option("--data-repo", help="With --flavor: dataset repo the job reads its data from; local files are uploaded there (default YOU/rhythm-teacher)."),
+]
+PushToHubOpt = Annotated[bool, typer.Option("--push-to-hub", help="Upload the trained result to --hub-model-id at the end.")]

@@ -27,7 +27,12 @@ def plot_command(
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Draw final scores (with CIs, beside the published run), belief MAE per step, and training curves."""
+    """Draw final scores (with CIs, beside the published run), belief MAE per step, and training curves.
+
+    \b
+    Examples:
+      rhythm plot --results eval_results_v2.json --log runs/sft-tiny      # -> plots/
+    """
     from rhythm.cli.ui import err_console
     from rhythm.config import load_config
     from rhythm.eval.plots import PlotConfig, make_plots

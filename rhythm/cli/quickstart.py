@@ -15,7 +15,12 @@ def quickstart_command(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Teacher data, reeval, tiny SFT, short GRPO, eval beside the baselines, plots, summary; a rerun reuses unchanged stages."""
+    """Teacher data, reeval, tiny SFT, short GRPO, eval beside the baselines, plots, summary; a rerun reuses unchanged stages.
+
+    \b
+    Examples:
+      rhythm quickstart      # -> runs/quickstart
+    """
     import os
 
     from rhythm.cli.ui import err_console

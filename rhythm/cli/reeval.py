@@ -16,7 +16,13 @@ def reeval_command(
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Replay each record's actions, recompute v3 and v2, and compare with random and heuristic."""
+    """Replay each record's actions, recompute v3 and v2, and compare with random and heuristic.
+
+    \b
+    Examples:
+      rhythm reeval      # data/teacher_30ep.jsonl
+      rhythm generate --seeds 0-9 -o - | rhythm reeval --jsonl - --strict
+    """
     from pathlib import Path
 
     import orjson

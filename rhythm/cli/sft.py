@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import CheckpointResumeOpt, ConfigOpt, DryRunOpt, FlavorOpt, QuietOpt, SetOpt, overrides
+from rhythm.cli import options as opt
 
 
 def sft_command(
@@ -14,35 +14,47 @@ def sft_command(
     model: Annotated[Optional[str], typer.Option("--model", help="Student: Hub id, local path or rhythm-tiny.")] = None,
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Adapter, checkpoints, training_log.jsonl, config.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps (-1: from num_train_epochs).")] = None,
-    resume: CheckpointResumeOpt = False,
-    flavor: FlavorOpt = None,
-    dry_run: DryRunOpt = False,
-    config: ConfigOpt = None,
-    set_: SetOpt = None,
-    quiet: QuietOpt = False,
+    resume: opt.CheckpointResumeOpt = False,
+    flavor: opt.FlavorOpt = None,
+    dry_run: opt.DryRunOpt = False,
+    hub_model_id: opt.HubModelIdOpt = None,
+    data_repo: opt.DataRepoOpt = None,
+    push_to_hub: opt.PushToHubOpt = False,
+    wait_lock: opt.WaitLockOpt = False,
+    config: opt.ConfigOpt = None,
+    set_: opt.SetOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
-    """Supervised fine-tuning on teacher episodes (assistant-only loss, validation by episode)."""
+    """Supervised fine-tuning on teacher episodes (assistant-only loss, validation by episode).
+
+    \b
+    Examples:
+      rhythm sft --config configs/sft-tiny.yaml      # offline tiny student, CPU -> runs/sft-tiny
+      rhythm sft --flavor a10g-large      # Hugging Face Jobs -> YOU/rhythm-sft
+    """
     import sys
 
     import orjson
 
+    from rhythm.cli.jobs import resolve_hub_repos, submit_stage
     from rhythm.cli.ui import err_console
     from rhythm.config import load_config
-    from rhythm.errors import RhythmError
+    from rhythm.locking import output_lock
     from rhythm.train.sft import SFTRunConfig, data_paths, run_sft, validate
 
     given = {"data": data, "model_name_or_path": model, "output_dir": output_dir, "max_steps": max_steps,
-             "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None}
-    cfg = load_config(SFTRunConfig, config, overrides(given, set_))
-    if dry_run and not cfg.flavor:
-        raise RhythmError("--dry-run describes a Hugging Face Jobs submission; add --flavor (e.g. a10g-large)")
+             "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None, "hub_model_id": hub_model_id,
+             "data_repo": data_repo, "push_to_hub": push_to_hub or None}
+    cfg = load_config(SFTRunConfig, config, opt.overrides(given, set_))
+    cfg, repos = resolve_hub_repos("sft", cfg, dry_run=dry_run)
     validate(cfg)
     if cfg.flavor:
-        from rhythm.cli.jobs import submit_stage
-
-        submit_stage("sft", cfg, data_paths(cfg), dry_run=dry_run, lands="model")
+        submit_stage("sft", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="model")
         return
-    summary = run_sft(cfg, quiet=quiet, log=err_console.print)
+    if repos:  # push_to_hub
+        err_console.print(repos, markup=False, highlight=False, soft_wrap=True)
+    with output_lock(cfg.output_dir, wait=wait_lock, say=err_console.print):  # one run per output folder
+        summary = run_sft(cfg, quiet=quiet, log=err_console.print)
     err_console.print(
         f"sft: {summary['global_step']} steps, train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
         + (f", validation loss {summary['eval_loss_first']:.3f} -> {summary['eval_loss_last']:.3f}" if summary["eval_loss_last"] is not None else "")

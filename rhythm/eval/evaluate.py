@@ -28,6 +28,7 @@ from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS
+from rhythm.locking import output_lock
 from rhythm.provenance import versions
 from rhythm.records import EpisodeRecord, JsonlWriter
 from rhythm.seeds import format_seeds, parse_seeds
@@ -240,19 +241,27 @@ def write_results(results: dict[str, Any], output: str | Path) -> Path:
 
 
 def run_eval(
-    cfg: EvalConfig, *, progress_factory: Callable[[str, int], ProgressFn] | None = None
+    cfg: EvalConfig,
+    *,
+    progress_factory: Callable[[str, int], ProgressFn] | None = None,
+    wait_lock: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], Path, Path]:
-    """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON."""
+    """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
+
+    Both files are written under the episodes file's lock (:mod:`rhythm.locking`): a second eval on
+    the same output stops before it touches either (or waits, with ``wait_lock``).
+    """
     validate(cfg)
     ep_path = episodes_path(cfg.output)
-    ep_path.parent.mkdir(parents=True, exist_ok=True)
-    ep_path.unlink(missing_ok=True)
-    with JsonlWriter(ep_path) as writer:
+    with output_lock(ep_path, wait=wait_lock, say=say):
+        ep_path.unlink(missing_ok=True)
+        with JsonlWriter(ep_path) as writer:
 
-        def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
-            if name == cfg.agent:
-                for r in records:
-                    writer.write(r)
+            def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
+                if name == cfg.agent:
+                    for r in records:
+                        writer.write(r)
 
-        results = evaluate(cfg, progress_factory=progress_factory, on_records=keep)
-    return results, write_results(results, cfg.output), ep_path
+            results = evaluate(cfg, progress_factory=progress_factory, on_records=keep)
+        return results, write_results(results, cfg.output), ep_path

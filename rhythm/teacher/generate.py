@@ -2,18 +2,19 @@
 
 CPU-bound teachers (bayes, oracle, planner and the baselines) play chunks of episodes in lockstep,
 spread over ``concurrency`` worker processes. Every finished episode is written as one whole line and
-flushed; ``--resume`` skips seeds already in the file and cuts off a torn last line first. The
-effective config and versions go to ``<output>.config.yaml`` beside the data, and each record carries
+flushed; ``--resume`` skips seeds already in the file and cuts off a torn last line first. A run holds
+the output's lock (:mod:`rhythm.locking`) from before it reads the file until it ends, so a second run
+on the same file fails at once (or waits, ``--wait-lock``) instead of writing every episode again.
+Workers exit when the parent dies, however it dies (:mod:`rhythm.workers`). The effective config and versions go to ``<output>.config.yaml`` beside the data, and each record carries
 the config's hash. Chat-model teachers (``--teacher openai`` / ``azure``) run as async requests in one
 process: see :mod:`rhythm.teacher.llm_generate`.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +28,13 @@ from rhythm.config import config_hash, write_config
 from rhythm.env.constants import CONDITIONS, SPLITS
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
+from rhythm.locking import output_lock
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter, done_keys, dumps
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.agents import TeacherConfig
 from rhythm.teacher.llm_client import LLMConfig
+from rhythm.workers import worker_pool
 
 CPU_TEACHERS = ("bayes", "oracle", "planner", "heuristic", "random")
 
@@ -140,9 +143,25 @@ def generate(
     *,
     progress: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    wait_lock: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> GenerateSummary:
-    """Play the teacher on every requested seed not yet in the output; write whole lines as they finish."""
+    """Play the teacher on every requested seed not yet in the output; write whole lines as they finish.
+
+    The output's lock is held throughout: a second run on the same file raises
+    :class:`rhythm.locking.OutputLocked` before reading it, or, with ``wait_lock``, waits for the first.
+    """
     seeds = validate(cfg)
+    with output_lock(cfg.output, wait=wait_lock, say=say):
+        return _generate(cfg, seeds, progress, on_total)
+
+
+def _generate(
+    cfg: GenerateConfig,
+    seeds: list[int],
+    progress: Callable[[int], None] | None,
+    on_total: Callable[[int], None] | None,
+) -> GenerateSummary:
     if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
         from rhythm.teacher.llm_generate import generate_llm  # API teachers: async, in one process
 
@@ -168,12 +187,15 @@ def generate(
             for chunk in chunks:
                 emit(_play_chunk(*args, chunk, chash))
         else:
-            with ProcessPoolExecutor(max_workers=cfg.concurrency, mp_context=mp.get_context("spawn")) as pool:
+            pool = worker_pool(cfg.concurrency)
+            try:
                 pending = {pool.submit(_play_chunk, *args, chunk, chash) for chunk in chunks}
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in finished:
                         emit(fut.result())
+            finally:  # on an error or Ctrl-C, chunks not started are dropped rather than played unseen
+                pool.shutdown(wait=True, cancel_futures=True)
     summary.seconds = time.perf_counter() - started
     summary.mean_final_score = sum(scores) / len(scores) if scores else None
     return summary

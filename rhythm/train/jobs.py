@@ -1,9 +1,11 @@
 """Hugging Face Jobs: run a training stage (``sft`` or ``grpo``) on Hub hardware with the same code.
 
-    rhythm sft --config configs/sft.yaml --flavor a10g-large \\
-        --set hub_model_id=me/rhythm-sft --set data_repo=me/rhythm-teacher [--dry-run]
-    rhythm grpo --config configs/grpo.yaml --flavor a10g-large --set adapter=me/rhythm-sft \\
-        --set hub_model_id=me/rhythm-grpo --set data_repo=me/rhythm-teacher [--dry-run]
+    rhythm sft --flavor a10g-large [--dry-run]     # model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
+    rhythm grpo --flavor a10g-large [--dry-run]    # adapter <- YOU/rhythm-sft, model -> YOU/rhythm-grpo
+    rhythm sft --config configs/sft.yaml --flavor a10g-large --hub-model-id me/student --data-repo me/data
+
+Repos not given default from who the token says you are (:mod:`rhythm.train.repos`); the command
+prints which repos it used.
 
 What happens, in order (``--dry-run`` prints the plan and the job spec, token redacted, and stops
 before the first request):

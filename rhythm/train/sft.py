@@ -4,8 +4,7 @@
     rhythm sft --config configs/sft.yaml --data data/teacher_30ep.jsonl             # Qwen2.5-3B, one GPU
     accelerate launch -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl  # several GPUs
     torchrun --standalone --nproc_per_node 2 -m rhythm.train.sft --config configs/sft-tiny.yaml data=...  # CPU DDP
-    rhythm sft --config configs/sft.yaml --flavor a10g-large --set hub_model_id=me/rhythm-sft \\
-        --set data_repo=me/rhythm-teacher                                            # Hugging Face Jobs
+    rhythm sft --flavor a10g-large          # Hugging Face Jobs: model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
 
 Each teacher episode is one example: the whole week as one conversation (protocol v2; see
 :mod:`rhythm.train.data`), and the loss falls on every assistant turn and nothing else
@@ -136,7 +135,7 @@ class SFTRunConfig:
     push_to_hub: bool = False
     """Upload the trained adapter, tokenizer, config and log to hub_model_id at the end."""
     hub_model_id: str | None = None
-    """Model repo for the result (user/name); required with push_to_hub and with a flavor."""
+    """Model repo for the result (user/name); with push_to_hub or a flavor it defaults to YOU/rhythm-sft (whoami)."""
     hub_private: bool = True
     """Create hub_model_id as a private repo when it does not exist."""
     flavor: str | None = None
@@ -144,7 +143,8 @@ class SFTRunConfig:
     timeout: str = "3h"
     """Jobs: maximum wall time (s/m/h/d suffix)."""
     data_repo: str | None = None
-    """Jobs: dataset repo holding the data files (local files named in data are uploaded there first)."""
+    """Jobs: dataset repo holding the data files (local files named in data are uploaded there first);
+    defaults to YOU/rhythm-teacher (whoami)."""
     namespace: str | None = None
     """Jobs: namespace to run the job in (default: hub_model_id's owner)."""
 

@@ -107,8 +107,8 @@ def test_dry_run_prints_the_spec_and_sends_nothing(hub, tmp_path, teacher):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--set", "hub_model_id=null"], "hub_model_id (the run's model repo) must look like user/name"),
-        (["--set", "data_repo=null"], "set data_repo=user/name"),
+        (["--hub-model-id", "rhythm-sft"], "hub_model_id (the run's model repo) must look like user/name, got 'rhythm-sft'"),
+        (["--data-repo", "a/b/c"], "data_repo must look like user/name, got 'a/b/c'"),
         (["--flavor", "a10g-huge"], "unknown flavor 'a10g-huge'"),
         (["--data", "-"], "a job cannot read stdin"),
     ],

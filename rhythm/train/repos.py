@@ -1,0 +1,111 @@
+"""Hub repo names a training run uses when none are given, from who the token says you are.
+
+    rhythm sft --flavor a10g-large      # model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
+    rhythm grpo --flavor a10g-large     # model -> YOU/rhythm-grpo, adapter <- YOU/rhythm-sft, data -> YOU/rhythm-teacher
+
+A Jobs submission (``--flavor``) needs a model repo for the result (``hub_model_id``) and a dataset
+repo the job reads its data from (``data_repo``); ``push_to_hub`` needs the model repo. Whatever is not
+given defaults to the names in :data:`RUN_REPOS` and :data:`DATA_REPO` under the token's user
+(``whoami``), and GRPO's adapter to the SFT run's repo; every default is reported, so the command can
+print which repos it used. Given names are kept as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rhythm.errors import RhythmError
+from rhythm.train.hub import check_repo_id
+
+RUN_REPOS = {"sft": "rhythm-sft", "grpo": "rhythm-grpo"}
+"""Model repo name of each stage's result, under the user's namespace."""
+DATA_REPO = "rhythm-teacher"
+"""Dataset repo the teacher data of a job is uploaded to, under the user's namespace."""
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class RepoChoice:
+    """One repo a run uses: what it is for, its id, and whether it was derived from whoami."""
+
+    role: str
+    repo_id: str
+    derived: bool
+
+    def describe(self) -> str:
+        return f"{self.role} {self.repo_id}" + (" (default from whoami)" if self.derived else "")
+
+
+def hub_user() -> str | None:
+    """The user name of the Hub token (``HF_TOKEN`` or the saved login) from whoami; None without a token."""
+    from huggingface_hub import HfApi, get_token
+
+    token = get_token()
+    if not token:
+        return None
+    try:
+        name = HfApi(token=token).whoami().get("name")
+    except Exception as err:  # HTTP, connection, or a malformed answer: one line for the user
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RhythmError(f"asking the Hub who you are (whoami) failed: {msg}; "
+                          "or name the repos with --hub-model-id user/name and --data-repo user/name") from None
+    if not name:
+        raise RhythmError("the Hub's whoami gave no user name; name the repos with --hub-model-id and --data-repo")
+    return str(name)
+
+
+def user_repo(name: str, option: str) -> str:
+    """``USER/name`` for the token's user (``rhythm upload`` without ``--repo``), or one clear line."""
+    user = hub_user()
+    if user is None:
+        raise RhythmError(f"no repo given: pass {option} user/name, or set HF_TOKEN (or run `hf auth login`) "
+                          f"so it defaults to YOU/{name}")
+    return f"{user}/{name}"
+
+
+def _default_of(cfg: Any, name: str) -> Any:
+    field = next(f for f in dataclasses.fields(cfg) if f.name == name)
+    return field.default
+
+
+def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
+    """``cfg`` with the Hub repos a submission or push needs filled in, and the repos it will use.
+
+    Asks whoami only when something is missing; nothing is asked (and nothing reported) for a local
+    run that pushes nowhere.
+    """
+    flavor, push = getattr(cfg, "flavor", None), getattr(cfg, "push_to_hub", False)
+    if not flavor and not push:
+        return cfg, []
+    wanted: dict[str, str | None] = {"hub_model_id": cfg.hub_model_id}  # type: ignore[attr-defined]
+    if flavor:
+        wanted["data_repo"] = cfg.data_repo  # type: ignore[attr-defined]
+    adapter = getattr(cfg, "adapter", None)
+    default_adapter = flavor and stage == "grpo" and adapter == _default_of(cfg, "adapter") and not Path(adapter).exists()
+    missing = [k for k, v in wanted.items() if not v] + (["adapter"] if default_adapter else [])
+    names = {"hub_model_id": RUN_REPOS[stage], "data_repo": DATA_REPO, "adapter": RUN_REPOS["sft"]}
+    user = hub_user() if missing else None
+    if missing and user is None:
+        need = " and ".join(k for k in ("hub_model_id", "data_repo") if k in wanted)
+        options = " and ".join(f"--{k.replace('_', '-')} user/name" for k in ("hub_model_id", "data_repo") if k in wanted)
+        defaults = " and ".join(f"YOU/{names[k]}" for k in ("hub_model_id", "data_repo") if k in wanted)
+        why = "a Hugging Face Jobs run" if flavor else "push_to_hub"
+        raise RhythmError(f"{why} needs {need}: pass {options}, or set HF_TOKEN (or run `hf auth login`) "
+                          f"so {'it defaults' if len(wanted) == 1 else 'they default'} to {defaults}")
+    changes = {k: f"{user}/{names[k]}" for k in missing}
+    roles = {"hub_model_id": "model", "data_repo": "data", "adapter": "adapter"}
+    current = {**wanted, **({"adapter": adapter} if flavor and stage == "grpo" else {})}
+    choices = [RepoChoice(roles[k], str(changes.get(k, v)), k in changes) for k, v in current.items()]
+    for key, label in (("hub_model_id", "hub_model_id (the run's model repo)"), ("data_repo", "data_repo")):
+        if key in wanted:  # bad names fail here, before anything is said or sent
+            check_repo_id(changes.get(key, wanted[key]), label)
+    return (dataclasses.replace(cfg, **changes) if changes else cfg), choices  # type: ignore[type-var]
+
+
+def repos_line(choices: list[RepoChoice]) -> str:
+    """``hub repos: model me/rhythm-sft (default from whoami), data me/rhythm-teacher (...)``."""
+    return "hub repos: " + ", ".join(c.describe() for c in choices)

@@ -1,0 +1,94 @@
+"""One writer per output: a second run on the same file stops at once (exit 2, one line) or waits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rhythm.locking import OutputLocked, lock_path, output_lock
+
+RHYTHM = [sys.executable, "-m", "rhythm.cli.main"]
+
+
+def _seeds(path: Path) -> list[int]:
+    return [orjson.loads(line)["seed"] for line in path.read_bytes().splitlines()]
+
+
+def test_second_holder_fails_at_once_and_names_the_output(tmp_path: Path) -> None:
+    out = tmp_path / "data" / "t.jsonl"
+    with output_lock(out) as held:
+        assert held == lock_path(out) == tmp_path / "data" / ".t.jsonl.lock"
+        started = time.perf_counter()
+        with pytest.raises(OutputLocked, match=r"t\.jsonl is being written by another rhythm run.*--wait-lock"):
+            with output_lock(out):
+                pass
+        assert time.perf_counter() - started < 1.0
+        assert not out.exists()  # the loser touched nothing
+    with output_lock(out):  # released: free again
+        pass
+
+
+def test_waiter_gets_the_lock_when_the_holder_ends(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    order: list[str] = []
+    said: list[str] = []
+
+    def waiter() -> None:
+        with output_lock(out, wait=True, say=said.append):
+            order.append("waiter")
+
+    with output_lock(out):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.3)
+        order.append("holder done")
+    thread.join(10)
+    assert order == ["holder done", "waiter"] and said and "waiting for the other run" in said[0]
+
+
+def test_stdout_needs_no_lock(tmp_path: Path) -> None:
+    with output_lock("-") as a, output_lock("-") as b, output_lock(None) as c:
+        assert a is b is c is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wait", [False, True])
+def test_two_generate_runs_on_one_file_write_every_seed_once(tmp_path: Path, wait: bool) -> None:
+    """The measured bug: two ``generate --resume`` on one file wrote 120 records for 60 seeds."""
+    out = tmp_path / "t.jsonl"
+    cmd = [*RHYTHM, "generate", "--seeds", "0-59", "--output", str(out), "--resume", "--quiet", "--set", "chunk=4"]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.stat().st_size == 0):
+        time.sleep(0.02)  # the first run holds the lock once it writes
+    second = subprocess.run(cmd + (["--wait-lock"] if wait else []), capture_output=True, text=True, timeout=120)
+    _, first_err = first.communicate(timeout=120)
+    assert first.returncode == 0, first_err
+    assert sorted(_seeds(out)) == list(range(60))  # every seed exactly once
+    if wait:
+        assert second.returncode == 0, second.stderr
+        assert "waiting for the other run" in second.stderr and "0 episodes written, 60 already there" in second.stderr
+    else:
+        assert second.returncode == 2 and second.stdout == ""
+        assert second.stderr.splitlines() == [
+            f"rhythm: error: {out} is being written by another rhythm run (it holds {lock_path(out)}); "
+            "wait for it to finish, or pass --wait-lock to wait for it"
+        ]
+
+
+def test_eval_holds_its_episodes_lock(run_cli, tmp_path: Path) -> None:
+    """A second eval on the same output stops before deleting the first one's episodes."""
+    results = tmp_path / "r.json"
+    episodes = tmp_path / "r.episodes.jsonl"
+    episodes.write_bytes(b"{}\n")
+    with output_lock(episodes):
+        code, out, err = run_cli("eval", "--agent", "random", "--condition", "ood", "--episodes", "2",
+                                 "--output", str(results), "--quiet")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "r.episodes.jsonl is being written" in err
+    assert episodes.read_bytes() == b"{}\n" and not results.exists()

@@ -1,0 +1,89 @@
+"""Hub repos named from whoami: ``rhythm sft --flavor a10g-large`` works as typed, in an empty directory
+after ``rhythm generate --seeds 0-29``, on a fake Hub with the real client."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from ..fakehub import FakeHub
+from .test_hub import rhythm
+
+DERIVED = "hub repos: model tester/rhythm-sft (default from whoami), data tester/rhythm-teacher (default from whoami)"
+
+
+@pytest.fixture
+def hub():
+    with FakeHub() as h:
+        yield h
+
+
+@pytest.mark.slow
+def test_sft_flavor_as_typed_after_generate_uses_repos_from_whoami(hub, tmp_path):
+    code, _, err = rhythm(hub, tmp_path, "generate", "--seeds", "0-29", "--quiet")
+    assert code == 0, err
+    code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large")
+    assert code == 0, err
+    assert DERIVED in err and "the model lands in tester/rhythm-sft" in err
+    assert hub.requests_to("/api/whoami-v2", "GET")
+    (job_id, spec), = [(k, v["spec"]) for k, v in hub.jobs.items()]
+    assert out.strip() == f"{job_id}\t{hub.url}/jobs/tester/{job_id}"
+    assert hub.requests_to("/api/jobs/tester", "POST")
+    env = spec["environment"]
+    assert env["RHYTHM_OUTPUT_REPO"] == env["RHYTHM_JOB_REPO"] == "tester/rhythm-sft"
+    assert env["RHYTHM_DATA_REPO"] == "tester/rhythm-teacher" and env["RHYTHM_DATA_FILES"] == "teacher_30ep.jsonl"
+    data = hub.repo("tester/rhythm-teacher", "dataset")
+    assert data.files["teacher_30ep.jsonl"] == (tmp_path / "data" / "teacher_30ep.jsonl").read_bytes()
+    assert "rhythm_job/run.py" in hub.repo("tester/rhythm-sft").files
+
+
+def test_dry_run_shows_the_derived_repos_and_sends_only_whoami(hub, tmp_path):
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run")
+    assert code == 0, err
+    assert DERIVED in err and {(r.method, r.path) for r in hub.requests} == {("GET", "/api/whoami-v2")}
+    spec = orjson.loads(out)
+    assert spec["would_commit"]["repo"] == "tester/rhythm-sft" and spec["would_upload"]["data_repo"] == "tester/rhythm-teacher"
+    assert spec["namespace"] == "tester"
+
+
+def test_given_repos_are_kept_and_whoami_is_not_asked(hub, tmp_path):
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run",
+                            "--hub-model-id", "org/student", "--data-repo", "org/data")
+    assert code == 0, err
+    assert "hub repos: model org/student, data org/data" in err and hub.requests == []
+    spec = orjson.loads(out)
+    assert spec["would_commit"]["repo"] == "org/student" and spec["namespace"] == "org"
+
+
+def test_grpo_flavor_defaults_its_adapter_to_the_sft_repo(hub, tmp_path):
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    code, out, err = rhythm(hub, tmp_path, "grpo", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run")
+    assert code == 0, err
+    assert ("hub repos: model tester/rhythm-grpo (default from whoami), data tester/rhythm-teacher (default from whoami), "
+            "adapter tester/rhythm-sft (default from whoami)") in err
+    assert orjson.loads(out)["environment"]["RHYTHM_OUTPUT_REPO"] == "tester/rhythm-grpo"
+
+
+@pytest.mark.parametrize("token", [False, True])
+def test_no_token_or_a_refused_one_is_one_line_exit_2(hub, tmp_path, token):
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    extra = {"HF_TOKEN": "hf_not_the_right_one"} if token else None
+    code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large", "--data", "t.jsonl", token=False, extra_env=extra)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--hub-model-id user/name" in err
+    assert ("whoami) failed" in err) if token else ("set HF_TOKEN" in err and "YOU/rhythm-sft" in err)
+    assert hub.jobs == {}
+
+
+def test_upload_without_repo_goes_to_the_users_teacher_repo(hub, tmp_path):
+    from .helpers import write_episodes
+
+    write_episodes(tmp_path / "t.jsonl", range(2))
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", "t.jsonl")
+    assert code == 0, err
+    assert "hub repos: data tester/rhythm-teacher (default from whoami)" in err
+    assert hub.repo("tester/rhythm-teacher", "dataset").files["t.jsonl"] == (tmp_path / "t.jsonl").read_bytes()
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", "t.jsonl", "--repo-type", "model")
+    assert code == 2 and err.strip() == "rhythm: error: --repo user/name is required for a model upload"
