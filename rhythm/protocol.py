@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, BELIEF_DIMS, PROTOCOL_VERSION

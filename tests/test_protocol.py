@@ -1,4 +1,5 @@
-"""The reply parser: tolerant, last valid line wins, never raises."""
+"""The text protocol: the conversation of an episode (protocol v2) and the reply parser (tolerant,
+last valid line wins, never raises)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rhythm.env.constants import ACTION_INDEX, ACTIONS
-from rhythm.protocol import FALLBACK_ACTION, SYSTEM_PROMPT, chat_messages, format_ending, parse_reply
+from rhythm.env.constants import ACTION_INDEX, ACTIONS, PROTOCOL_VERSION
+from rhythm.errors import RhythmError
+from rhythm.protocol import (
+    FALLBACK_ACTION,
+    SYSTEM_PROMPT,
+    conversation,
+    format_ending,
+    parse_reply,
+    record_conversation,
+)
 
 
 def act(name: str) -> int:
@@ -46,8 +55,134 @@ def test_system_prompt_names_every_action_and_the_format() -> None:
     for name in ACTIONS:
         assert name in SYSTEM_PROMPT
     assert "BELIEF: S=" in SYSTEM_PROMPT and "ACTION:" in SYSTEM_PROMPT
-    msgs = chat_messages("obs")
-    assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "obs"
+    msgs = conversation(["obs"])
+    assert msgs == [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "obs"}]
+
+
+# -- the conversation of an episode (protocol v2) ----------------------------------------------------
+
+
+def test_conversation_alternates_user_and_assistant_after_one_system_prompt() -> None:
+    obs, said = ["o0", "o1", "o2"], ["r0", "r1", "r2"]
+    prompt = conversation(obs, said[:2])  # the prompt of the reply to o2
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in prompt] == [SYSTEM_PROMPT, "o0", "r0", "o1", "r1", "o2"]
+    example = conversation(obs, said)  # a whole SFT example ends on the assistant
+    assert example == [*prompt, {"role": "assistant", "content": "r2"}]
+    # max_turns keeps the system prompt and the last K steps, each with its own reply
+    assert conversation(obs, said[:2], max_turns=2) == [prompt[0], *prompt[3:]]
+    assert conversation(obs, said, max_turns=1) == [prompt[0], {"role": "user", "content": "o2"},
+                                                     {"role": "assistant", "content": "r2"}]
+    assert conversation(obs, said, max_turns=99) == example
+
+
+@pytest.mark.parametrize("n_replies", [0, 1, 4])
+def test_conversation_refuses_replies_that_do_not_pair_with_the_observations(n_replies) -> None:
+    with pytest.raises(ValueError, match="3 observations need 2 or 3 replies"):
+        conversation(["o0", "o1", "o2"], [f"r{i}" for i in range(n_replies)])
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_conversation_refuses_a_history_of_no_turns(k) -> None:
+    with pytest.raises(ValueError, match="max_turns"):
+        conversation(["o0"], max_turns=k)
+
+
+@settings(max_examples=200)
+@given(
+    n=st.integers(1, 28),
+    ends_on_reply=st.booleans(),
+    max_turns=st.one_of(st.none(), st.integers(1, 30)),
+    text=st.text(max_size=12),
+)
+def test_conversation_shape_for_any_length_and_window(n, ends_on_reply, max_turns, text) -> None:
+    obs = [f"{text}obs{i}" for i in range(n)]
+    said = [f"{text}reply{i}" for i in range(n if ends_on_reply else n - 1)]
+    msgs = conversation(obs, said, max_turns=max_turns)
+    kept = n if max_turns is None else min(n, max_turns)
+    first = n - kept
+    assert msgs[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert [m["role"] for m in msgs[1:]] == ["user", "assistant"] * (kept - 1) + ["user"] + (["assistant"] if ends_on_reply else [])
+    assert [m["content"] for m in msgs[1::2]] == obs[first:]
+    assert [m["content"] for m in msgs[2::2]] == said[first:]
+    assert len(msgs) == 1 + 2 * kept - (0 if ends_on_reply else 1)
+
+
+def _record(n: int = 28, **extra) -> dict:
+    steps = [{"t": t, "observation": f"obs{t}", "response": f"why {t}\nACTION: NAP"} for t in range(n)]
+    return {"schema": 2, "protocol": PROTOCOL_VERSION, "steps": steps, **extra}
+
+
+@settings(max_examples=100)
+@given(n=st.integers(1, 28), data=st.data())
+def test_record_conversation_up_to_t_with_and_without_the_reply(n, data) -> None:
+    record = _record(n)
+    t = data.draw(st.integers(0, n - 1))
+    obs = [s["observation"] for s in record["steps"]]
+    said = [s["response"] for s in record["steps"]]
+    assert record_conversation(record, t) == conversation(obs[: t + 1], said[:t])
+    assert record_conversation(record, t, include_reply=True) == conversation(obs[: t + 1], said[: t + 1])
+    stripped = [f"ACTION: {ACTIONS[t % len(ACTIONS)]}" for t in range(n)]
+    with_stripped = record_conversation(record, t, include_reply=True, replies=stripped)
+    assert [m["content"] for m in with_stripped[2::2]] == stripped[: t + 1]
+    k = data.draw(st.integers(1, 28))
+    assert record_conversation(record, t, max_turns=k) == conversation(obs[: t + 1], said[:t], max_turns=k)
+
+
+def test_record_conversation_defaults_to_the_last_step_and_refuses_steps_outside() -> None:
+    record = _record(28)
+    whole = record_conversation(record, include_reply=True)
+    assert len(whole) == 1 + 2 * 28 and whole[-1]["content"] == record["steps"][-1]["response"]
+    assert record_conversation(record) == whole[:-1]
+    for t in (28, -1):
+        with pytest.raises(ValueError, match="outside the episode's 28 steps"):
+            record_conversation(record, t, where="f.jsonl:3")
+
+
+@pytest.mark.parametrize("version", [None, 1, 3, "2", True])
+def test_record_conversation_refuses_another_protocol_with_one_line(version) -> None:
+    record = _record(3)
+    if version is None:  # a v1 file: schema 1, no protocol key
+        del record["protocol"]
+        record["schema"] = 1
+    else:
+        record["protocol"] = version
+    with pytest.raises(RhythmError) as err:
+        record_conversation(record, 1, where="old.jsonl:7")
+    msg = str(err.value)
+    assert msg.startswith("old.jsonl:7: record is text protocol v") and "\n" not in msg
+    assert "rhythm generate" in msg
+
+
+def test_the_conversation_an_agent_sees_is_the_recorded_one() -> None:
+    """What a language agent is shown at step t (BatchObservation.conversation) is what
+    record_conversation rebuilds from the stored record: the one definition of a prompt."""
+    from rhythm.agents import make_agent
+    from rhythm.episodes import play_batch
+
+    bayes = make_agent("bayes")
+    seen: dict[tuple[int, int], list[dict]] = {}
+
+    class Recording:
+        name = "bayes"
+
+        def reset(self, episodes):
+            bayes.reset(episodes)
+
+        def act(self, obs):
+            for i in range(len(obs.prompts)):
+                seen[i, obs.t] = obs.conversation(i)
+                if obs.t == 27:
+                    seen[i, -4] = obs.conversation(i, max_turns=4)
+            return bayes.act(obs)
+
+    records = [r.to_dict() for r in play_batch(Recording(), "in-dist", "train", [3, 4])]
+    for i, record in enumerate(records):
+        assert record["protocol"] == PROTOCOL_VERSION
+        for t in range(28):
+            assert seen[i, t] == record_conversation(record, t)
+        assert seen[i, -4] == record_conversation(record, 27, max_turns=4)
+        assert len(seen[i, 27]) == 1 + 2 * 28 - 1
 
 
 @settings(max_examples=300)

@@ -187,9 +187,7 @@ def build_tiny_student(out_dir: str | Path, spec: TinySpec = TinySpec()) -> Path
 
 def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
     """The cached tiny student, built on first use (atomically, so parallel callers are safe)."""
-    from rhythm.env.constants import ENV_VERSION
-
-    from rhythm.env.constants import PROTOCOL_VERSION
+    from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
     tokens = hashlib.sha256("\x00".join(protocol_tokens()).encode()).hexdigest()
     payload = {"spec": asdict(spec), "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "tokens": tokens, "v": 2}

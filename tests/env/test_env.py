@@ -158,14 +158,21 @@ def test_docstring_is_the_spec() -> None:
 
 
 def test_text_observation_is_stable_and_complete() -> None:
+    """Protocol v2: each turn shows the current step alone (the history lives in the conversation)."""
     env = RhythmEnv()
     env.reset(seed=2)
-    assert env.text.startswith("Day 1 (Mon morning), step 1 of 28.")
+    first = env.text
+    assert first.startswith("Mon morning. Meters V C P S N: ") and first.endswith("\nStart of the week.")
+    assert len(first.split(": ")[1].split("\n")[0].split()) == 5
     env.step(ACTIONS.index("SOCIALIZE"))
     text = env.text
-    assert "Last action: SOCIALIZE (Mon morning)" in text
-    assert "Anomaly: V" in text and "connection" in text
+    head, after = text.split("\n")
+    assert head.startswith("Mon afternoon. Meters V C P S N: ")
+    assert after.startswith("After SOCIALIZE: change ") and ", anomaly " in after
+    change, anomaly = after.removeprefix("After SOCIALIZE: change ").split(", anomaly ")
+    for numbers in (change, anomaly):
+        assert len(numbers.split()) == 5 and all(v[0] in "+-" and len(v) == 5 for v in numbers.split())
     for _ in range(6):
         env.step(0)
-    assert text != env.text and "Recent anomalies (oldest first):" in env.text
-    assert env.text.count("\n- ") == 4  # the short history shows four earlier steps
+    assert text != env.text and env.text.count("\n") == 1  # no "Recent" block: one step per turn
+    assert env.text.startswith("Tue night.")  # t = 7
