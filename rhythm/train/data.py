@@ -23,7 +23,7 @@ from typing import Any
 
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
-from rhythm.records import read_episodes
+from rhythm.records import check_protocol, read_episodes
 
 # Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
@@ -148,6 +148,7 @@ def build_examples(
     by_episode: dict[str, list[dict[str, Any]]] = {}
     for path in paths:
         for where, record in read_episodes(path):
+            check_protocol(record, where)  # before any filter, so a v1 file is never silently thinned
             report.episodes_read += 1
             steps = record["steps"]
             report.steps_read += len(steps)

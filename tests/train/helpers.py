@@ -47,3 +47,21 @@ def shared_sft_run(tmp_path_factory, name: str, episodes: int, **config) -> Path
                 shutil.rmtree(out)
             run_sft(SFTRunConfig(**config, data=str(data), output_dir=str(out)), quiet=True, log=lambda msg: None)
     return out
+
+
+def as_v1(record: dict) -> dict:
+    """A record as protocol v1 wrote it: schema 1, no ``protocol`` key, each observation with its
+    own short history (the text v1 showed; replays and scores are the same)."""
+    old = {k: v for k, v in record.items() if k != "protocol"}
+    old["schema"] = 1
+    old["steps"] = [{**s, "observation": f"Day {s['t'] // 4 + 1}, step {s['t'] + 1} of 28.\n" + s["observation"]}
+                    for s in record["steps"]]
+    return old
+
+
+def write_v1_episodes(path: Path, records: list[dict]) -> Path:
+    """``records`` written as a protocol v1 file (see :func:`as_v1`)."""
+    with JsonlWriter(path) as w:
+        for r in records:
+            w.write(as_v1(r))
+    return path

@@ -11,9 +11,10 @@ from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
+from rhythm.env.render import METER_HEADER, when
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
-from rhythm.protocol import SYSTEM_PROMPT
+from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.train.grpo_data import (
     PromptOptions,
     build_prompts,
@@ -23,7 +24,7 @@ from rhythm.train.grpo_data import (
     subsample,
 )
 
-from .helpers import write_episodes
+from .helpers import write_episodes, write_v1_episodes
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,13 @@ def test_one_prompt_per_step_with_the_state_columns(teacher):
         actions = [s["action"] for s in rec["steps"]]
         for step in rec["steps"]:
             row = by_key[(rec["condition"], rec["seed"], step["t"])]
-            assert row["prompt"] == [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": step["observation"]}]
+            # protocol v2: the conversation up to step t, the recorded teacher's earlier replies in it
+            t = step["t"]
+            assert row["prompt"] == record_conversation(rec, t)
+            assert row["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+            assert [m["role"] for m in row["prompt"][1:]] == ["user", "assistant"] * t + ["user"]
+            assert row["prompt"][-1]["content"] == step["observation"]
+            assert [m["content"] for m in row["prompt"][2::2]] == [s["response"] for s in rec["steps"][:t]]
             assert row["split"] == "train" and row["prefix"] == actions[: step["t"]]
             assert row["episode"] == f"{rec['condition']}/train/{rec['seed']}" and row["source"] == "bayes"
     assert set(rows[0]) == {"prompt", "condition", "split", "seed", "t", "prefix", "episode", "source"}
@@ -66,9 +73,33 @@ def test_prefix_replays_to_the_recorded_state(teacher):
                 env.step_raw(np.array([ACTION_INDEX[name]]))
             assert env.state.t == t
             assert env.state.meters[0].tolist() == rec["steps"][t - 1]["meters"]
-            shown = row["prompt"][1]["content"].splitlines()[1]
-            assert shown == "Meters: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(
-                ("vitality", "cognition", "progress", "serenity", "connection"), env.state.meters[0], strict=True))
+            shown = row["prompt"][-1]["content"].splitlines()[0]
+            assert shown == f"{when(t)}. {METER_HEADER} " + " ".join(f"{v:.2f}" for v in env.state.meters[0])
+
+
+def test_strip_reasoning_cuts_earlier_replies_to_the_protocol_lines(teacher):
+    path, records, _, _ = teacher
+    full, _ = build_prompts(str(path))
+    rows, _ = build_prompts(str(path), PromptOptions(strip_reasoning=True))
+    assert [(r["seed"], r["t"]) for r in rows] == [(r["seed"], r["t"]) for r in full]
+    by_seed = {r["seed"]: r for r in records}
+    for row, whole in zip(rows, full):
+        steps = by_seed[row["seed"]]["steps"]
+        said = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in steps[: row["t"]])]
+        assert [m["content"] for m in row["prompt"][2::2]] == said
+        assert [m["content"] for m in row["prompt"][1::2]] == [m["content"] for m in whole["prompt"][1::2]]
+
+
+def test_a_v1_file_is_refused_with_one_line(teacher, tmp_path):
+    _, records, _, _ = teacher
+    old = write_v1_episodes(tmp_path / "old.jsonl", records[:1])
+    with pytest.raises(RhythmError) as err:
+        build_prompts(str(old))
+    msg = str(err.value)
+    assert msg.startswith(f"{old}:1: record is text protocol v1, this rhythm speaks v2") and "\n" not in msg
+    # episode mode takes only the people from the data (the student writes its own weeks): read correctly
+    keys, _ = episode_keys(str(old))
+    assert keys == [("in-dist", "train", records[0]["seed"])]
 
 
 def test_a_record_that_does_not_replay_is_refused(teacher, tmp_path):

@@ -1,4 +1,5 @@
-"""Episodes JSONL -> chat examples: one per step, split by episode, filtered and reported."""
+"""Episodes JSONL -> chat examples: one whole week per example (protocol v2), split by person,
+filtered and reported."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.errors import RhythmError
-from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply
-from rhythm.train.data import BELOW_MIN_SCORE, PARSE_FAILURE, DataOptions, build_examples, split_episodes
+from rhythm.protocol import SYSTEM_PROMPT, conversation, format_ending, parse_reply
+from rhythm.train.data import BELOW_MIN_SCORE, EMPTY_REPLY, PARSE_FAILURE, DataOptions, build_examples, split_episodes
 
-from .helpers import write_episodes
+from .helpers import write_episodes, write_v1_episodes
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +27,20 @@ def episodes(tmp_path_factory):
     return bayes, heur, write_episodes(bayes, range(8)), write_episodes(heur, range(4, 10), agent="heuristic")
 
 
-def test_one_example_per_step_with_protocol_messages(episodes):
+def test_one_example_per_episode_is_the_whole_week_as_one_conversation(episodes):
     bayes, _, records, _ = episodes
     rows, report = build_examples(str(bayes), DataOptions(val_fraction=0.0))
     assert report.episodes_read == 8 and report.steps_read == 8 * 28
-    assert len(rows["train"]) == 8 * 28 and rows["validation"] == []
-    first = rows["train"][0]
-    rec = next(r for r in records if f"{r['condition']}/{r['split']}/{r['seed']}" == first["episode"])
-    step = next(s for s in rec["steps"] if s["t"] == first["t"])
-    assert first["messages"] == [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": step["observation"]},
-        {"role": "assistant", "content": step["response"]},
-    ]
-    assert "Recent anomalies" in rows["train"][40]["messages"][1]["content"]  # history is in the observation
+    assert len(rows["train"]) == 8 and rows["validation"] == []
+    by_key = {f"{r['condition']}/{r['split']}/{r['seed']}": r for r in records}
+    for row in rows["train"]:
+        rec = by_key[row["episode"]]
+        messages = row["messages"]
+        assert messages == conversation([s["observation"] for s in rec["steps"]], [s["response"] for s in rec["steps"]])
+        assert messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+        assert [m["role"] for m in messages[1:]] == ["user", "assistant"] * 28
+        assert "t" not in row and row["seed"] == rec["seed"] and row["agent"] == "bayes"
+        assert not any("Recent anomalies" in m["content"] for m in messages)  # the history is the conversation
 
 
 def test_split_is_by_episode_and_deterministic(episodes):
@@ -52,12 +53,11 @@ def test_split_is_by_episode_and_deterministic(episodes):
     # seeds 4-7 were played by two teachers: the person, not the file, decides the side
     assert len(train_eps | val_eps) == 10
     for ep in val_eps:
-        assert sum(r["episode"] == ep for r in rows["validation"]) in (28, 56)
+        assert sum(r["episode"] == ep for r in rows["validation"]) in (1, 2)  # one week per teacher
     assert report.validation_episodes == len(val_eps) == 3
+    assert report.train_examples + report.validation_examples == 8 + 6
     again, _ = build_examples([str(bayes), str(heur)], opts)
-    assert [(r["episode"], r["t"], r["agent"]) for r in again["validation"]] == [
-        (r["episode"], r["t"], r["agent"]) for r in rows["validation"]
-    ]
+    assert [(r["episode"], r["agent"]) for r in again["validation"]] == [(r["episode"], r["agent"]) for r in rows["validation"]]
 
 
 @settings(max_examples=200, deadline=None)
@@ -79,44 +79,53 @@ def test_min_score_keeps_better_episodes_and_reports(episodes):
     rows, report = build_examples(str(bayes), DataOptions(val_fraction=0.0, min_score=threshold))
     kept = {int(e.split("/")[-1]) for e in {r["episode"] for r in rows["train"]}}
     assert kept == {r["seed"] for r in records if r["score"]["final_score"] >= threshold}
+    assert len(rows["train"]) == 5
     assert report.dropped_episodes == {BELOW_MIN_SCORE: 3}
     assert report.dropped_steps == {BELOW_MIN_SCORE: 3 * 28}
-    assert "dropped 84 steps" in report.summary_line()
+    assert "dropped 3 episodes (3 episode final_score below min_score)" in report.summary_line()
 
 
 def test_strip_reasoning_keeps_belief_and_action_lines(episodes):
     bayes, _, records, _ = episodes
     rows, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0, strip_reasoning=True))
-    by_key = {(f"{r['condition']}/{r['split']}/{r['seed']}", s["t"]): s["response"] for r in records for s in r["steps"]}
+    by_key = {f"{r['condition']}/{r['split']}/{r['seed']}": r for r in records}
     for row in rows["train"]:
-        original = by_key[(row["episode"], row["t"])]
-        parsed = parse_reply(original)
-        reply = row["messages"][2]["content"]
-        assert reply == format_ending(parsed.belief, parsed.action)
-        assert reply.splitlines()[0].startswith("BELIEF: S=") and reply.splitlines()[-1].startswith("ACTION: ")
-        assert len(reply) < len(original)
+        steps = by_key[row["episode"]]["steps"]
+        replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert len(replies) == 28
+        assert [m["content"] for m in row["messages"] if m["role"] == "user"] == [s["observation"] for s in steps]
+        for reply, step in zip(replies, steps):
+            parsed = parse_reply(step["response"])
+            assert reply == format_ending(parsed.belief, parsed.action)
+            assert reply.splitlines()[0].startswith("BELIEF: S=") and reply.splitlines()[-1].startswith("ACTION: ")
+            assert len(reply) < len(step["response"])
 
 
-def test_parse_failures_dropped_and_counted(tmp_path, episodes):
+def test_parse_failures_drop_the_whole_week_and_are_counted(tmp_path, episodes):
+    """One turn cannot be cut out of a conversation: a bad reply leaves its week out, counted."""
     _, _, records, _ = episodes
-    rec = orjson.loads(orjson.dumps(records[0]))
-    rec["steps"][3]["response"] = "I would rather not say."
-    rec["steps"][3]["parse_ok"] = False
-    rec["steps"][5]["response"] = ""
+    bad = orjson.loads(orjson.dumps(records[0]))
+    bad["steps"][3]["response"] = "I would rather not say."
+    bad["steps"][3]["parse_ok"] = False
+    empty = orjson.loads(orjson.dumps(records[1]))
+    empty["steps"][5]["response"] = ""
     path = tmp_path / "x.jsonl"
-    path.write_bytes(orjson.dumps(rec) + b"\n")
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (bad, empty, records[2])))
     rows, report = build_examples(str(path), DataOptions(val_fraction=0.0))
-    assert len(rows["train"]) == 26
-    assert report.dropped_steps == {PARSE_FAILURE: 1, "empty reply": 1}
+    assert [r["seed"] for r in rows["train"]] == [records[2]["seed"]]
+    assert report.dropped_episodes == {PARSE_FAILURE: 1, EMPTY_REPLY: 1}
+    assert report.dropped_steps == {PARSE_FAILURE: 28, EMPTY_REPLY: 28}
     rows, report = build_examples(str(path), DataOptions(val_fraction=0.0, drop_parse_failures=False))
-    assert len(rows["train"]) == 27
+    assert sorted(r["seed"] for r in rows["train"]) == sorted([records[0]["seed"], records[2]["seed"]])
+    kept = next(r for r in rows["train"] if r["seed"] == records[0]["seed"])
+    assert kept["messages"][2 * 3 + 2]["content"] == "I would rather not say."  # kept as written, in its place
 
 
 def test_reads_stdin(monkeypatch, episodes):
     bayes, _, _, _ = episodes
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bayes.read_bytes())))
     rows, report = build_examples("-", DataOptions(val_fraction=0.25))
-    assert report.files == ["-"] and report.episodes_read == 8 and len(rows["validation"]) == 2 * 28
+    assert report.files == ["-"] and report.episodes_read == 8 and len(rows["validation"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -151,3 +160,17 @@ def test_nothing_left_is_an_error(tmp_path, episodes):
     bayes, _, _, _ = episodes
     with pytest.raises(RhythmError, match="no training examples left"):
         build_examples(str(bayes), DataOptions(min_score=1.01))
+
+
+@pytest.mark.parametrize("options", [DataOptions(), DataOptions(min_score=1.01), DataOptions(strip_reasoning=True)])
+def test_a_v1_file_is_refused_with_one_line_before_any_filter(tmp_path, episodes, options):
+    """Old files are never silently mixed in or thinned out by a filter: the first v1 record stops the read."""
+    _, _, records, _ = episodes
+    path = tmp_path / "old.jsonl"
+    path.write_bytes(orjson.dumps(records[0]) + b"\n")
+    write_v1_episodes(tmp_path / "v1.jsonl", records[1:3])
+    path.write_bytes(path.read_bytes() + (tmp_path / "v1.jsonl").read_bytes())
+    with pytest.raises(RhythmError) as err:
+        build_examples(str(path), options)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:2: record is text protocol v1, this rhythm speaks v2") and "\n" not in msg
