@@ -25,6 +25,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+REMINDER_START = "Your reply did not end with a valid action"
+"""How the protocol's format reminder (a re-ask) begins."""
+
 ACTIONS = ("DEEP_WORK", "ADMIN", "LEARN", "EXERCISE", "SOCIALIZE", "FAMILY_TIME", "MEDITATE", "LEISURE", "NAP", "SLEEP")
 
 
@@ -56,9 +59,21 @@ class Seen:
         return self.body.get("messages", [])
 
     @property
+    def observations(self) -> list[str]:
+        """The observations of the conversation (protocol v2: every step so far), oldest first; a
+        re-ask's format reminder is not one."""
+        return [m["content"] for m in self.messages if m["role"] == "user" and not m["content"].startswith(REMINDER_START)]
+
+    @property
+    def replies(self) -> list[str]:
+        """The assistant turns the client sent back (earlier replies, and a re-asked one)."""
+        return [m["content"] for m in self.messages if m["role"] == "assistant"]
+
+    @property
     def observation(self) -> str:
-        """The step's observation: the first user message."""
-        return next((m["content"] for m in self.messages if m["role"] == "user"), "")
+        """The step's observation: the newest one."""
+        seen = self.observations
+        return seen[-1] if seen else ""
 
     @property
     def retry_count(self) -> int:

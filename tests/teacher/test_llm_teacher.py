@@ -1,6 +1,7 @@
 """LLM teachers and agents against an OpenAI-compatible server on 127.0.0.1, through the real
 ``openai`` client: OpenAI and Azure paths, Entra ID, retries, failures, re-asks, resume, budget,
-concurrency, Ctrl-C, eval, and secrets kept out of everything written."""
+concurrency, Ctrl-C, eval, the conversation each request carries (protocol v2), and secrets kept out
+of everything written."""
 
 from __future__ import annotations
 
@@ -21,11 +22,18 @@ from rhythm.config import load_config
 from rhythm.env import RhythmEnv
 from rhythm.episodes import play_batch
 from rhythm.errors import RhythmError
-from rhythm.protocol import FALLBACK_ACTION, FORMAT_REMINDER, chat_messages, parse_reply
+from rhythm.protocol import (
+    FALLBACK_ACTION,
+    FORMAT_REMINDER,
+    SYSTEM_PROMPT,
+    conversation,
+    parse_reply,
+    record_conversation,
+)
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.teacher.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor, redact_url
 from rhythm.teacher.llm_generate import errors_path, generate_llm
-from tests.fake_openai import Fail, FakeOpenAI, Reply, protocol_reply
+from tests.fake_openai import REMINDER_START, Fail, FakeOpenAI, Reply, protocol_reply
 
 KEY = "sk-test-0123456789abcdefSECRET"
 STEP_KEYS = {"t", "day", "slot", "observation", "response", "belief", "action", "parse_ok", "reward", "meters"}
@@ -65,6 +73,21 @@ def _no_secret_anywhere(root: Path, *secrets: str, text: str = "") -> None:
         assert secret not in text
 
 
+def assert_requests_carry_the_conversations(seen: list, records: list[dict], max_turns: int | None = None) -> None:
+    """Each step of each recorded episode was sent exactly once, as its conversation so far: the k-th
+    request of an episode holds the system prompt, k observations and the k-1 replies recorded before
+    it (with ``max_turns`` K: the system prompt and the last K steps)."""
+    expected = {}
+    for rec in records:
+        for t in range(len(rec["steps"])):
+            messages = record_conversation(rec, t, max_turns=max_turns)
+            kept = t + 1 if max_turns is None else min(t + 1, max_turns)
+            assert len(messages) == 1 + 2 * kept - 1 and messages[0]["content"] == SYSTEM_PROMPT
+            expected[orjson.dumps(messages)] = (rec["seed"], t)
+    sent = [orjson.dumps(s.messages) for s in seen]
+    assert sorted(expected[m] for m in sent) == sorted(expected.values())
+
+
 class MirrorAgent:
     """Plays the fake server's default policy through the batch runner, for comparison."""
 
@@ -97,7 +120,8 @@ def test_openai_records_equal_the_batch_runner_and_count_tokens(tmp_path: Path, 
     for seen in server.seen:
         assert seen.path == "/v1/chat/completions" and seen.headers["authorization"] == f"Bearer {KEY}"
         assert set(seen.body) == {"model", "messages"}  # nothing unconfigured is sent, not even null
-        assert seen.body["model"] == "m" and seen.messages == chat_messages(seen.observation)
+        assert seen.body["model"] == "m"
+    assert_requests_carry_the_conversations(server.seen, recs)
     reference = play_batch(MirrorAgent(), "in-dist", "train", [0, 1])
     step_cost = (120 * 2.0 + 30 * 10.0) / 1e6
     for rec, ref in zip(recs, reference, strict=True):
@@ -293,8 +317,11 @@ def test_malformed_reply_gets_one_reask_then_the_fallback(tmp_path: Path, openai
         summary = _run(_cfg(server, tmp_path))
     seen = server.seen
     obs0 = seen[0].observation
-    assert seen[1].messages == [*chat_messages(obs0), {"role": "assistant", "content": "I would let them rest a little."},
+    assert seen[1].messages == [*conversation([obs0]), {"role": "assistant", "content": "I would let them rest a little."},
                                 {"role": "user", "content": FORMAT_REMINDER}]
+    # only the kept reply enters the conversation: step 1 sees step 0's second answer, not the re-asked one
+    assert seen[2].messages == conversation([obs0, seen[2].observation], [good["text"]])
+    assert FORMAT_REMINDER.startswith(REMINDER_START)  # the fake server tells observations from re-asks by it
     assert seen[3].messages[-2:] == [{"role": "assistant", "content": ""}, {"role": "user", "content": FORMAT_REMINDER}]
     assert len(seen) == 30
     rec = _records(tmp_path / "t.jsonl")[0]
@@ -315,7 +342,7 @@ def test_resume_requests_nothing_already_finished(tmp_path: Path, openai_key: st
         _run(_cfg(server, tmp_path, seeds="0-1"))
         server.reset()
         summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), resume=True))
-        first_obs = {s.observation for s in server.seen if "step 1 of 28" in s.observation}
+        first_obs = {s.observation for s in server.seen if len(s.observations) == 1}
         assert len(server.seen) == 56 and summary.skipped == 2 and summary.episodes == 2
         expected = set()
         for seed in (2, 3):
@@ -407,6 +434,14 @@ def test_missing_settings_fail_before_anything_is_sent(tmp_path, monkeypatch, ru
     assert not (tmp_path / "n.jsonl").exists()
 
 
+def test_history_turns_keeps_the_last_k_steps(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY) as server:
+        _run(_cfg(server, tmp_path, seeds="0-1", history_turns=3))
+    recs = _records(tmp_path / "t.jsonl")
+    assert len(server.seen) == 56 and max(len(s.messages) for s in server.seen) == 1 + 2 * 3 - 1
+    assert_requests_carry_the_conversations(server.seen, recs, max_turns=3)
+
+
 def test_generate_dispatches_api_teachers(tmp_path: Path, openai_key: str) -> None:
     with FakeOpenAI(api_key=KEY) as server:
         summary = generate(dataclasses.replace(_cfg(server, tmp_path), teacher="openai:m",
@@ -432,7 +467,21 @@ def test_eval_openai_agent_sends_each_steps_requests_concurrently(tmp_path: Path
     recs = _records(out.with_name("eval.episodes.jsonl"))
     assert {(r["agent"], r["model"], r["split"]) for r in recs} == {("openai", "m", "eval")}
     assert all(r["usage"]["prompt_tokens"] == 28 * 100 and r["usage"]["requests"] == 28 for r in recs)
+    assert_requests_carry_the_conversations(server.seen, recs)
     _no_secret_anywhere(tmp_path, KEY, text=err + stdout)
+
+
+def test_eval_openai_agent_history_turns_trims_each_request(openai_key: str) -> None:
+    from rhythm.teacher.llm_agent import LLMAgent
+
+    with FakeOpenAI(api_key=KEY) as server:
+        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, history_turns=2))
+        try:
+            recs = [r.to_dict() for r in play_batch(agent, "discrete", "eval", [0, 1])]
+        finally:
+            agent.close()
+    assert len(server.seen) == 2 * 28 and max(len(s.messages) for s in server.seen) == 1 + 2 * 2 - 1
+    assert_requests_carry_the_conversations(server.seen, recs, max_turns=2)
 
 
 def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> None:
