@@ -1,5 +1,6 @@
-"""``model:PATH`` agents: the tiny student evaluated end to end, lockstep batching that does not change
-replies, parse failures counted, LoRA adapters found and loaded onto their base."""
+"""``model:PATH`` agents: the tiny student evaluated end to end, each episode one conversation whose KV
+cache is kept across the week (replies equal to a loop that re-encodes the conversation every step, and
+to each episode played alone), parse failures counted, LoRA adapters found and loaded onto their base."""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import BatchObservation, EpisodeSpec
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, ModelOptions
-from rhythm.protocol import FALLBACK_ACTION
+from rhythm.protocol import FALLBACK_ACTION, conversation, record_conversation
 
 SMALL = ModelOptions(max_new_tokens=6, device="cpu")
 CONDITION_KEYS = {
@@ -34,13 +34,55 @@ def tiny_agent(tiny_student: Path):
     return ModelAgent(str(tiny_student), SMALL)
 
 
+def first_step(specs: list[EpisodeSpec]) -> BatchObservation:
+    """The observation every episode of ``specs`` (one condition and split) shows at step 0."""
+    from rhythm.env.batched import BatchedRhythmEnv
+    from rhythm.env.render import render_observation
+
+    env = BatchedRhythmEnv(specs[0].condition, specs[0].split, len(specs))
+    env.reset(seed=[e.seed for e in specs])
+    st = env.state
+    prompts = [render_observation(0, st.meters[i], -1, st.delta[i], st.anomaly[i]) for i in range(len(specs))]
+    return BatchObservation(0, st.meters, st.last_action, st.delta, st.anomaly, prompts)
+
+
+def first_replies(agent, specs: list[EpisodeSpec]) -> list[str]:
+    agent.reset(specs)
+    return [d.text for d in agent.act(first_step(specs))]
+
+
 @pytest.fixture(scope="module")
-def observations() -> list[str]:
-    """Observation texts of different episodes and steps (so prompt lengths differ)."""
-    recs = play(make_agent("heuristic"), [EpisodeSpec("in-dist", "eval", s) for s in range(3)])
-    return [recs[0].steps[0].observation, recs[1].steps[2].observation, recs[2].steps[27].observation]
+def agent64(tiny_student: Path):
+    """The tiny student in float64 with its weights redrawn (std 0.1, seeded), so greedy replies vary in
+    content and length (some stop early on <|im_end|>) and no two logits tie: any difference between
+    two ways of computing a reply is then a real difference in what the model saw, not rounding."""
+    import torch
+
+    from rhythm.eval.model_agent import ModelAgent
+
+    agent = ModelAgent(str(tiny_student), replace(SMALL, max_new_tokens=6))
+    agent.model.to(torch.float64)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, weight in agent.model.named_parameters():
+            if "norm" not in name:
+                weight.copy_(torch.randn(weight.shape, generator=g, dtype=weight.dtype) * 0.1)
+    return agent
 
 
+WEEKS = [EpisodeSpec("in-dist", "eval", s) for s in range(3)]
+
+
+@pytest.fixture(scope="module")
+def weeks64(agent64) -> list[dict]:
+    """Three whole weeks played in one lockstep batch with a kept KV cache (the eval path)."""
+    agent64.options = replace(agent64.options, batch_size=4)
+    records = [r.to_dict() for r in play(agent64, WEEKS)]
+    engine = agent64.engines[0]
+    return records, engine.prefill_tokens, [list(ids) for ids in engine._ids]
+
+
+@pytest.mark.slow
 def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path: Path) -> None:
     out = tmp_path / "eval_results_v2.json"
     code, _, err = run_cli(
@@ -76,37 +118,91 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
         assert rec["score"]["parse_failures"] == EPISODE_STEPS
         assert all(s["response"] and s["parse_ok"] is False and s["action"] == FALLBACK_ACTION for s in rec["steps"])
         assert 0 < rec["usage"]["completion_tokens"] <= 6 * EPISODE_STEPS
-        assert rec["usage"]["prompt_tokens"] > 300 * EPISODE_STEPS  # the system prompt alone is ~320 tokens
+        # each step's prompt is the whole conversation so far (the system prompt is one tiny token)
+        assert rec["usage"]["prompt_tokens"] > EPISODE_STEPS * (EPISODE_STEPS - 1) / 2 * 10
 
 
-def test_batched_replies_equal_one_at_a_time(tiny_agent, observations: list[str]) -> None:
-    prompts = [tiny_agent.prompt_text(o) for o in observations]
-    lengths = {len(tiny_agent.tokenizer(p)["input_ids"]) for p in prompts}
-    assert len(lengths) == 3  # different lengths, so the batch is padded
-    batched = tiny_agent.generate(prompts)
-    alone = [tiny_agent.generate([p])[0] for p in prompts]
-    assert batched == alone
-    # without the shared system-prompt cache the replies are the same too
-    from rhythm.eval.model_agent import ModelAgent
+def reencoded(agent, record: dict, t: int) -> str:
+    """Step ``t``'s greedy reply from a batch-1 loop that re-encodes the whole conversation, no cache kept."""
+    from rhythm.model.lockstep import reencode_reply
 
-    plain = ModelAgent(tiny_agent.source.path, replace(SMALL, prefix_cache=False))
-    assert plain._shared_prefix() is None and tiny_agent._shared_prefix() is not None
-    assert plain.generate(prompts) == batched
-    for text, n_prompt, n_completion in batched:
-        assert isinstance(text, str) and n_prompt in lengths and 1 <= n_completion <= SMALL.max_new_tokens
+    return reencode_reply(agent.model, agent.tokenizer, record_conversation(record, t), stop_ids=agent.stop_ids,
+                          max_new_tokens=agent.options.max_new_tokens)
 
 
-def test_all_live_episodes_share_one_generate_per_step(tiny_agent) -> None:
-    specs = [EpisodeSpec("discrete", "eval", s) for s in range(3)]
+@pytest.mark.slow
+def test_kv_reuse_eval_equals_the_loop_that_reencodes_the_conversation(agent64, weeks64) -> None:
+    """Every greedy reply of three whole weeks, played in lockstep with the KV cache kept, equals the
+    reply of a batch-1 loop that re-encodes the whole conversation each step (a plain transformers loop)."""
+    records, _, _ = weeks64
+    for rec in records:
+        for t, step in enumerate(rec["steps"]):
+            assert step["response"] == reencoded(agent64, rec, t), (rec["seed"], t)
+
+
+def test_kv_reuse_equals_reencoding_at_the_start_middle_and_end_of_a_week(agent64, weeks64) -> None:
+    """The fast spot check of the test above (the whole of it is marked slow)."""
+    records, _, _ = weeks64
+    for t in (0, 13, 27):
+        assert records[1]["steps"][t]["response"] == reencoded(agent64, records[1], t)
+
+
+def test_each_token_is_prefilled_once_and_the_batch_is_ragged(agent64, weeks64) -> None:
+    records, prefilled, ids = weeks64
+    tok = agent64.tokenizer
+    for rec, kept in zip(records, ids, strict=True):
+        # the cache holds exactly the rendered conversation up to the last step's generation prompt
+        text = tok.apply_chat_template(record_conversation(rec, 27), add_generation_prompt=True, tokenize=False)
+        assert kept == tok(text, add_special_tokens=False)["input_ids"]
+    assert prefilled == sum(len(k) for k in ids)  # each step prefilled only its new turn, never the past
+    lengths = [len(tok(s["response"], add_special_tokens=False)["input_ids"]) for r in records for s in r["steps"]]
+    assert min(lengths) < agent64.options.max_new_tokens and len(set(lengths)) > 2  # ragged turns
+
+
+def test_a_ragged_batch_equals_each_episode_alone(agent64, weeks64) -> None:
+    records, _, _ = weeks64
     try:
-        tiny_agent.options = replace(SMALL, batch_size=64)
-        before = tiny_agent.calls
+        agent64.options = replace(agent64.options, batch_size=1)
+        alone = [play(agent64, [spec])[0].to_dict() for spec in WEEKS[:2]]
+    finally:
+        agent64.options = replace(agent64.options, batch_size=4)
+    for rec, one in zip(records, alone):
+        assert [s["response"] for s in one["steps"]] == [s["response"] for s in rec["steps"]]
+
+
+def test_lockstep_takes_any_last_reply_but_refuses_a_rewritten_past(agent64) -> None:
+    """The cache is cut back to where each reply began, so the next turn may carry another reply than
+    the generated one (it is re-encoded as the template writes it); an earlier turn that changed is refused."""
+    from rhythm.model.lockstep import LockstepChat
+
+    tok = agent64.tokenizer
+    engine = LockstepChat(agent64.model, tok, stop_ids=agent64.stop_ids, max_new_tokens=2)
+    engine.reset(1)
+    engine.step([conversation(["obs 0"])])
+    messages = conversation(["obs 0", "obs 1"], ["ACTION: SLEEP"])
+    turn = engine.step([messages])[0]
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert turn.prompt_ids == tok(text, add_special_tokens=False)["input_ids"]
+    with pytest.raises(ValueError, match="does not extend"):
+        engine.step([conversation(["obs 0 (edited)", "obs 1", "obs 2"], ["ACTION: SLEEP", turn.text])])
+    with pytest.raises(ValueError, match="holds 1 conversations, got 2"):
+        engine.step([conversation(["a"]), conversation(["b"])])
+
+
+def test_all_live_episodes_share_one_forward_per_token(tiny_agent) -> None:
+    specs = [EpisodeSpec("discrete", "eval", s) for s in range(3)]
+    n = 3
+    try:
+        tiny_agent.options = replace(SMALL, batch_size=64, max_new_tokens=n)
         records = play(tiny_agent, specs)
-        assert tiny_agent.calls - before == EPISODE_STEPS  # 3 episodes, one call per step
-        tiny_agent.options = replace(SMALL, batch_size=2)
-        before = tiny_agent.calls
+        assert len(tiny_agent.engines) == 1
+        # per step: one prefill of the new turn for all 3 episodes, then at most n - 1 decoding passes
+        assert EPISODE_STEPS <= tiny_agent.calls <= EPISODE_STEPS * n
+        one_chunk = tiny_agent.calls
+        tiny_agent.options = replace(SMALL, batch_size=2, max_new_tokens=n)
         again = play(tiny_agent, specs)
-        assert tiny_agent.calls - before == 2 * EPISODE_STEPS  # chunks of 2: two calls per step
+        assert [e.n for e in tiny_agent.engines] == [2, 1]  # chunks of 2: two engines, two passes per token
+        assert 2 * EPISODE_STEPS <= tiny_agent.calls <= 2 * one_chunk
     finally:
         tiny_agent.options = SMALL
     # greedy and independent of batch composition: the same replies either way
@@ -120,7 +216,10 @@ def test_replies_that_never_parse_are_counted_not_fatal(tiny_agent, monkeypatch:
         "I am not sure what to do here.",  # no action line at all
         "ACTION: FLY_TO_THE_MOON",  # an action that does not exist
     ]
-    monkeypatch.setattr(tiny_agent, "generate", lambda prompts, seed=None: [(r, 10, 5) for r in replies[: len(prompts)]])
+    from rhythm.model.lockstep import LockstepChat, Turn
+
+    monkeypatch.setattr(LockstepChat, "step", lambda self, convs, generator=None: [
+        Turn(r, [1] * 5, [1] * 10) for r in replies[: len(convs)]])
     specs = [EpisodeSpec("in-dist", "eval", s) for s in range(3)]
     records = play(tiny_agent, specs)
     good, silent, bogus = records
@@ -133,15 +232,16 @@ def test_replies_that_never_parse_are_counted_not_fatal(tiny_agent, monkeypatch:
     assert good.usage["prompt_tokens"] == 10 * EPISODE_STEPS
 
 
-def test_sampling_is_seeded(tiny_agent, observations: list[str]) -> None:
-    prompts = [tiny_agent.prompt_text(o) for o in observations]
+def test_sampling_is_seeded(tiny_agent) -> None:
+    specs = [EpisodeSpec("in-dist", "eval", s) for s in range(3)]
     tiny_agent.options = replace(SMALL, do_sample=True, temperature=1.0, max_new_tokens=12)
     try:
-        a = tiny_agent.generate(prompts, seed=1)
-        b = tiny_agent.generate(prompts, seed=1)
-        c = tiny_agent.generate(prompts, seed=2)
+        a = first_replies(tiny_agent, specs)
+        b = first_replies(tiny_agent, specs)
+        tiny_agent.options = replace(tiny_agent.options, seed=2)
+        c = first_replies(tiny_agent, specs)
         tiny_agent.options = replace(SMALL, max_new_tokens=12)
-        greedy = tiny_agent.generate(prompts)
+        greedy = first_replies(tiny_agent, specs)
     finally:
         tiny_agent.options = SMALL
     assert a == b
@@ -166,7 +266,7 @@ def _make_adapter(base: Path, out: Path, *, with_tokenizer: bool) -> Path:
     return out
 
 
-def test_lora_adapter_is_detected_and_loaded_onto_its_base(tiny_student: Path, tiny_agent, observations, tmp_path: Path) -> None:
+def test_lora_adapter_is_detected_and_loaded_onto_its_base(tiny_student: Path, tiny_agent, tmp_path: Path) -> None:
     from rhythm.eval.model_agent import ModelAgent, adapter_config
 
     adapter = _make_adapter(tiny_student, tmp_path / "adapter", with_tokenizer=False)
@@ -176,8 +276,8 @@ def test_lora_adapter_is_detected_and_loaded_onto_its_base(tiny_student: Path, t
     agent = ModelAgent(str(adapter), SMALL)
     assert agent.source.adapter == str(adapter) and agent.source.base == str(tiny_student)
     assert agent.source.tokenizer == str(tiny_student)  # the adapter ships no tokenizer
-    prompts = [agent.prompt_text(o) for o in observations]
-    assert agent.generate(prompts) != tiny_agent.generate(prompts)  # the adapter's weights are in use
+    specs = [EpisodeSpec("in-dist", "eval", s) for s in range(3)]
+    assert first_replies(agent, specs) != first_replies(tiny_agent, specs)  # the adapter's weights are in use
     # a tokenizer saved with the adapter is preferred; an explicit base overrides the recorded one
     with_tok = _make_adapter(tiny_student, tmp_path / "adapter-tok", with_tokenizer=True)
     moved_base = tmp_path / "elsewhere"
@@ -235,7 +335,7 @@ def test_act_answers_every_live_episode(tiny_agent) -> None:
     tiny_agent.reset([EpisodeSpec("ood", "eval", s) for s in range(5)])
     meters = np.full((5, 5), 0.5)
     zeros = np.zeros((5, 5))
-    prompts = [render_observation(0, meters[i], -1, zeros[i], zeros[i], []) for i in range(5)]
+    prompts = [render_observation(0, meters[i], -1, zeros[i], zeros[i]) for i in range(5)]
     obs = BatchObservation(0, meters, np.full(5, -1), zeros, zeros, prompts)
     decisions = tiny_agent.act(obs)
     assert len(decisions) == 5
