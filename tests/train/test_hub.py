@@ -55,7 +55,7 @@ def test_upload_lands_files_and_dataset_card(hub, tmp_path, teacher):
     meta = yaml.safe_load(card.split("---")[1])
     assert meta["configs"][0]["data_files"][0]["path"] == ["teacher_6ep.jsonl"]
     mean = sum(r["score"]["final_score"] for r in records) / 6
-    for fact in ("| record schema | 1 |", "| env_version | rhythm-v1 |", "| teacher | bayes (6 episodes) |",
+    for fact in ("| record schema | 2 |", "| env_version | rhythm-v1 |", "| teacher | bayes (6 episodes) |",
                  "| conditions | in-dist (6) |", "| split | train (6) |", "| seeds | in-dist/train: 0-5 |",
                  "| episodes / steps | 6 / 168 |", f"{mean:.3f}", "| cost | $0.00"):
         assert fact in card, fact

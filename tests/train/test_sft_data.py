@@ -174,3 +174,34 @@ def test_a_v1_file_is_refused_with_one_line_before_any_filter(tmp_path, episodes
         build_examples(str(path), options)
     msg = str(err.value)
     assert msg.startswith(f"{path}:2: record is text protocol v1, this rhythm speaks v2") and "\n" not in msg
+
+
+@pytest.mark.parametrize("strip", [True, False])
+def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_student, strip):
+    """A whole-week example through the tiny student's chat template: the tokens marked for loss are
+    exactly the 28 replies, each with its <|im_end|>, and no system, user or scaffold token."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    rows, _ = build_examples(str(episodes[0]), DataOptions(val_fraction=0.0, strip_reasoning=strip))
+    messages = rows["train"][0]["messages"]
+    out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    runs, current = [], None  # maximal runs of consecutive masked tokens
+    for i, m in zip(ids, mask, strict=True):
+        if m:
+            current = [] if current is None else current
+            current.append(i)
+        elif current is not None:
+            runs.append(current)
+            current = None
+    if current is not None:
+        runs.append(current)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(runs) == len(replies) == 28
+    assert [tok.decode(r) for r in runs] == [reply + "<|im_end|>" for reply in replies]
+    unmasked = tok.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    for m in messages:
+        if m["role"] != "assistant":
+            assert m["content"] in unmasked
+    assert unmasked.count("<|im_start|>assistant\n") == 28  # the turn header is context, not target
