@@ -64,17 +64,29 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
     return out
 
 
+class _Null:
+    """An override that sets a field to None (``key=null``), unlike a mapping's None (not given)."""
+
+    def __repr__(self) -> str:
+        return "null"
+
+
+NULL = _Null()
+
+
 def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
-    """``["lr=3e-4", "name=x"]`` -> dict; values are parsed as YAML scalars (numbers, bools, lists)."""
+    """``["lr=3e-4", "name=x"]`` -> dict; values are parsed as YAML scalars (numbers, bools, lists).
+    ``key=null`` gives :data:`NULL`, so it survives being merged with options that were not given."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise RhythmError(f"override {pair!r} is not key=value")
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
-            out[key.strip()] = raw
+            value = raw
+        out[key.strip()] = NULL if value is None else value
     return out
 
 
@@ -100,8 +112,8 @@ def load_config(
 ) -> T:
     """Defaults of ``cls``, updated by the YAML at ``path``, then by ``overrides`` (CLI wins).
 
-    ``overrides`` is a mapping (None values are skipped: options the user did not give) or a list of
-    ``key=value`` strings.
+    ``overrides`` is a mapping (None values are skipped: options the user did not give; :data:`NULL`
+    sets a field to None) or a list of ``key=value`` strings (``key=null`` sets None).
     """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
@@ -114,7 +126,7 @@ def load_config(
     if overrides is not None:
         if not isinstance(overrides, Mapping):
             overrides = parse_overrides(overrides)
-        given = {k: v for k, v in overrides.items() if v is not None}
+        given = {k: None if v is NULL else v for k, v in overrides.items() if v is not None}
         values = _apply(cls, values, given, "command line")
     try:
         return cls(**values)

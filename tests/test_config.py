@@ -34,6 +34,20 @@ def test_layers_defaults_yaml_then_cli(tmp_path: Path) -> None:
     assert load_config(Outer, path, {"name": None}).name == "from-yaml"  # None = not given
 
 
+def test_key_null_on_the_command_line_sets_none(tmp_path: Path) -> None:
+    """``--set limit=null`` overrides a value from the YAML, also merged with options not given."""
+    from rhythm.cli.options import overrides
+
+    path = tmp_path / "c.yaml"
+    path.write_text("limit: 5\nname: from-yaml\n")
+    assert load_config(Outer, path).limit == 5
+    assert load_config(Outer, path, ["limit=null"]).limit is None
+    cfg = load_config(Outer, path, overrides({"name": None, "learning_rate": 0.5}, ["limit=null"]))
+    assert (cfg.limit, cfg.name, cfg.learning_rate) == (None, "from-yaml", 0.5)
+    with pytest.raises(RhythmError, match="name=None is not a valid str"):
+        load_config(Outer, path, ["name=null"])
+
+
 def test_unknown_key_names_the_nearest(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("lerning_rate: 1\n")
