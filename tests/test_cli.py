@@ -23,6 +23,8 @@ import pytest
         (["reeval", "--jsonl", "missing.jsonl"], "file not found"),
         (["eval", "--no-such-flag"], "No such option"),
         (["eval", "--episodes", "many"], "--episodes"),
+        (["eval", "--split", "bogus"], "unknown split 'bogus'; expected one of"),
+        (["eval", "--agent", "openai:m", "--concurrency", "0"], "concurrency"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle) -> None:

@@ -78,3 +78,20 @@ def test_reeval_flags_a_tampered_record(tmp_path: Path, run_cli) -> None:
     assert f"{out}:2" in err and "step 10: stored meters do not replay" in err
     assert f"{out}:3" in err and "score.final_score" in err
     assert f"{out}:1" not in err
+
+
+def test_reeval_still_reads_a_v1_file(tmp_path: Path, run_cli) -> None:
+    """Records of text protocol v1 (schema 1, no protocol key) replay and regrade as they did: reeval
+    looks at actions and meters, not at the text, so old data stays comparable."""
+    from tests.train.helpers import write_v1_episodes
+
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-2", output=str(out)))
+    old = write_v1_episodes(tmp_path / "v1.jsonl", _lines(out))
+    assert all(r["schema"] == 1 and "protocol" not in r for r in _lines(old))
+    code, _, err = run_cli("reeval", "--jsonl", str(old), "--strict", "--output", str(tmp_path / "v1.json"))
+    assert code == 0, err
+    code, _, _ = run_cli("reeval", "--jsonl", str(out), "--strict", "--output", str(tmp_path / "v2.json"))
+    assert code == 0
+    v1, v2 = (orjson.loads((tmp_path / n).read_bytes()) for n in ("v1.json", "v2.json"))
+    assert v1["flagged"] == [] and v1["episodes"] == 3 and v1["groups"] == v2["groups"]

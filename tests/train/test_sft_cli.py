@@ -5,13 +5,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from .helpers import write_episodes
+from .helpers import write_episodes, write_v1_episodes
 
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     path = tmp_path_factory.mktemp("clidata") / "t.jsonl"
-    write_episodes(path, [0, 1])
+    records = write_episodes(path, [0, 1])
+    write_v1_episodes(path.with_name("v1.jsonl"), records)
     return path
 
 
@@ -29,12 +30,14 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--set", "push_to_hub=true"], "push_to_hub needs hub_model_id"),
         (["--data", "{teacher}", "--set", "min_score=1.5"], "no training examples left"),
         (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no checkpoint-N folder in"),
+        (["--data", "{v1}"], "v1.jsonl:1: record is text protocol v1, this rhythm speaks v2"),
+        (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, message):
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(teacher.read_bytes().splitlines()[0] + b"\n{\"schema\": \n")
-    args = [a.format(teacher=teacher, broken=broken, tmp=tmp_path) for a in args]
+    args = [a.format(teacher=teacher, broken=broken, tmp=tmp_path, v1=teacher.with_name("v1.jsonl")) for a in args]
     code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "-o", str(tmp_path / "out"), *args)
     assert code == 2, err
     assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
@@ -49,4 +52,4 @@ def test_sft_command_trains_and_prints_the_summary(run_cli, tmp_path, teacher, t
     assert code == 0, err
     summary = orjson.loads(stdout)  # stdout holds the result only; logs went to stderr
     assert summary["global_step"] == 2 and summary["output_dir"] == str(out) and summary["eval_loss_last"] is None
-    assert "sft: 2 steps, train loss" in err and (out / "adapter_model.safetensors").exists()
+    assert "sft: 2 steps, train loss" in err and (out / "model.safetensors").exists()  # sft-tiny trains every weight
