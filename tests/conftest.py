@@ -1,7 +1,8 @@
 """Tests run offline, in isolated temp dirs, with every client variable cleared.
 
 Servers for the ``openai`` and ``huggingface_hub`` clients run on 127.0.0.1 inside the tests; nothing
-here reaches the network. The tiny student is cached once per session under a temp RHYTHM_CACHE.
+here reaches the network. RHYTHM_CACHE points every test at a temp folder that the session's xdist
+workers share, so the tiny student is built once per session (by whichever worker needs it first).
 """
 
 from __future__ import annotations
@@ -38,20 +39,25 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def rhythm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A per-session cache dir (the tiny student is built here once per test worker)."""
-    path = Path(os.environ.get("RHYTHM_TEST_CACHE") or tmp_path_factory.mktemp("rhythm-cache"))
+    """The session's cache dir, shared by its workers (never the user's ~/.cache/rhythm)."""
+    from tests.shared import shared_dir
+
+    path = Path(os.environ.get("RHYTHM_TEST_CACHE") or shared_dir(tmp_path_factory) / "rhythm-cache")
+    path.mkdir(parents=True, exist_ok=True)
     os.environ["RHYTHM_CACHE"] = str(path)
     return path
 
 
 @pytest.fixture(scope="session")
 def tiny_student(rhythm_cache: Path) -> Path:
-    """Path of the tiny offline student (tokenizer + random Qwen2 model)."""
+    """Path of the tiny offline student (tokenizer + random Qwen2 model), built once per session."""
     from rhythm.train.tiny_model import tiny_student_path
+    from tests.shared import locked
 
-    return tiny_student_path()
+    with locked(rhythm_cache):
+        return tiny_student_path()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
 from rhythm.episodes import play
 from rhythm.records import JsonlWriter
+from tests.shared import locked, shared_dir
 
 
 def write_episodes(path: Path, seeds, *, condition: str = "in-dist", agent: str = "bayes") -> list[dict]:
@@ -18,26 +19,14 @@ def write_episodes(path: Path, seeds, *, condition: str = "in-dist", agent: str 
     return records
 
 
-def shared_dir(tmp_path_factory) -> Path:
-    """A folder all xdist workers of this session share (the plain basetemp without xdist)."""
-    import os
-
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def shared_sft_run(tmp_path_factory, name: str, episodes: int, **config) -> Path:
     """A tiny SFT run on ``episodes`` bayes episodes, built once per session under a file lock and
     shared by every worker (read-only); ``config`` are SFTRunConfig fields. Returns its output_dir."""
-    import fcntl
     import shutil
 
     from rhythm.train.sft import SFTRunConfig, run_sft
 
-    shared = shared_dir(tmp_path_factory) / name
-    shared.mkdir(exist_ok=True)
-    with open(shared / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(shared_dir(tmp_path_factory) / name) as shared:
         out = shared / "run"
         if not (out / "sft_summary.json").exists():
             data = shared / "teacher.jsonl"

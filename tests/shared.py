@@ -1,0 +1,24 @@
+"""What the xdist workers of one test session share: a folder, and a lock to build things in it once."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder all xdist workers of this session share (the plain basetemp without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[Path]:
+    """Hold ``folder``'s lock (created if needed): one worker builds, the others wait, then reuse."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
