@@ -32,6 +32,8 @@ from rhythm.errors import RhythmError
 from rhythm.provenance import now_iso, versions
 
 STAMP = ".rhythm_stage.json"
+TUNING_SEED_OFFSET = 100_000
+"""With ``eval_split: train``, students are evaluated on train-split seeds from here on (never teacher data)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,10 @@ class QuickstartConfig:
     max_new_tokens: int = 64
     """Reply budget of the student per step (the tiny student writes only BELIEF and ACTION lines)."""
     batch_size: int = 64
-    """Episodes per batched generate."""
+    """Episodes per lockstep batch (one kept KV cache each)."""
+    eval_split: str = "eval"
+    """eval: the final table (seeds 0..N-1 of the eval split); train: for choosing settings, train-split
+    seeds from 100000 on, which no teacher data of the quickstart uses."""
 
 
 def find_config(path: str) -> Path:
@@ -257,18 +262,21 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
     stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo, say))
 
-    # 5. eval of both students, references on the same seeds
+    # 5. eval of both students, references on the same seeds; the teacher too, for its belief curve
     model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
     students: dict[str, dict[str, Any]] = {}
     result_files = []
-    for label, adapter in (("student SFT", sft_dir), ("student SFT+GRPO", grpo_dir)):
-        tag = "sft" if adapter == sft_dir else "grpo"
+    evaluated = (("student SFT", "sft", f"model:{sft_dir}", sft_dir), ("student SFT+GRPO", "grpo", f"model:{grpo_dir}", grpo_dir),
+                 ("teacher (bayes)", "teacher", "bayes", None))
+    for label, tag, agent, trained in evaluated:
         res_path = out / "eval" / tag / "eval_results_v2.json"
         conditions = list(cfg.eval_episodes)
         per_condition: dict[str, Any] = {}
+        references = list(cfg.references) if trained is not None else ["random", "heuristic"]
         for cond in conditions:
-            ev_cfg = EvalConfig(agent=f"model:{adapter}", condition=cond, episodes=cfg.eval_episodes[cond],
-                                references=list(cfg.references), model=model_opts,
+            first = TUNING_SEED_OFFSET if cfg.eval_split == "train" else 0
+            ev_cfg = EvalConfig(agent=agent, condition=cond, seeds=f"{first}-{first + cfg.eval_episodes[cond] - 1}", split=cfg.eval_split,
+                                references=references, model=model_opts,
                                 output=str(out / "eval" / tag / cond / "eval_results_v2.json"))
             cond_path = Path(ev_cfg.output)
 
@@ -276,7 +284,8 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
                 run_eval(ev_cfg)
                 return {}
 
-            stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, [adapter], {"results": cond_path}, do_eval, say))
+            inputs = [trained] if trained is not None else []
+            stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, {"results": cond_path}, do_eval, say))
             per_condition[cond] = orjson.loads(cond_path.read_bytes())
         merged = dict(next(iter(per_condition.values())))
         merged["condition"] = "all"
@@ -285,7 +294,8 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
         res_path.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
         _merge_episodes(out / "eval" / tag, conditions, res_path)
         result_files.append(res_path)
-        students[label] = _eval_row(merged)
+        if trained is not None:
+            students[label] = _eval_row(merged)
 
     paired = paired_differences(out / "eval" / "sft", out / "eval" / "grpo", list(cfg.eval_episodes))
 

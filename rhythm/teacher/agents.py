@@ -34,7 +34,7 @@ class TeacherConfig:
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
 
-def _episode_keys(episodes: list[EpisodeSpec]) -> np.ndarray:
+def spec_keys(episodes: list[EpisodeSpec]) -> np.ndarray:
     return np.array([keys_for(e.condition, e.split, np.array([e.seed]))[0] for e in episodes], dtype=np.uint64)
 
 
@@ -57,7 +57,7 @@ class _Planning:
 
     def _start(self, episodes: list[EpisodeSpec]) -> None:
         self.episodes = episodes
-        self.keys = _episode_keys(episodes)
+        self.keys = spec_keys(episodes)
         self.plan_keys = splitmix64_np(self.keys ^ _PLAN_SALT)
 
     def _plan(self, params, obs: BatchObservation) -> np.ndarray:
