@@ -32,18 +32,31 @@ def teacher(tmp_path_factory):
     return path
 
 
+SFT_TINY = dict(
+    model_name_or_path="rhythm-tiny", strip_reasoning=True, max_length=1536, lr_scheduler_type="constant",
+    warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, lora_dropout=0.0, val_fraction=0.0,
+    eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False, gradient_checkpointing=False,
+)
+
+
+@pytest.fixture(scope="session")
+def sft_model(tmp_path_factory, tiny_student) -> Path:
+    """The tiny student SFT-trained as configs/sft-tiny.yaml trains it (every weight, whole weeks of
+    BELIEF/ACTION lines), 30 steps on 3 episodes: most sampled replies parse (measured ~80%), so GRPO
+    groups have rewards that differ. Built once per session, shared by every worker; read-only."""
+    return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft-full", 3, **SFT_TINY, use_peft=False, max_steps=30,
+                          learning_rate=3e-3)
+
+
 @pytest.fixture(scope="session")
 def sft_adapter(tmp_path_factory, tiny_student) -> Path:
-    """A tiny SFT adapter on BELIEF/ACTION-only replies (as configs/sft-tiny.yaml trains), 30 steps on 3
-    episodes: enough that some sampled replies parse, so GRPO groups have rewards that differ.
-    Built once per session, shared by every worker; read-only."""
-    return shared_sft_run(
-        tmp_path_factory, "rhythm-grpo-sft", 3,
-        model_name_or_path="rhythm-tiny", strip_reasoning=True, max_steps=30, learning_rate=3e-3,
-        lr_scheduler_type="constant", warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1,
-        lora_dropout=0.0, val_fraction=0.0, eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False,
-        gradient_checkpointing=False,
-    )
+    """A tiny SFT LoRA adapter (the 3B recipe's path), a few steps: for GRPO's adapter plumbing
+    (resume, Hub jobs), not for learning. Built once per session, shared by every worker; read-only."""
+    return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft", 3, **SFT_TINY, max_steps=2, learning_rate=3e-3)
+
+
+FROM_MODEL = ["--set", "adapter=null", "--set", "use_peft=false"]
+"""GRPO from a fully trained model (the tiny student's default), given with --model."""
 
 
 def _reply_cols(line: dict) -> dict:
@@ -156,34 +169,35 @@ def test_rows_are_assigned_to_weeks_in_arrival_order():
 
 
 @pytest.mark.slow
-def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher, sft_adapter):
-    """Three steps from the SFT adapter through the CLI, with the student's own rollouts among the prompts
-    and a KL term; the adapter, logs and config are saved and every reward is reproducible from its row."""
-    sft_out = sft_adapter
+def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher, sft_model):
+    """Three steps from the SFT model through the CLI, with the student's own rollouts among the prompts
+    (each the conversation so far) and a KL term; the model, logs and config are saved and every reward
+    is reproducible from its row."""
+    sft_out = sft_model
     out = tmp_path / "grpo"
     code, stdout, err = run_cli(
-        "grpo", "--config", TINY_CONFIG, "--adapter", str(sft_out), "--data", str(teacher), "-o", str(out),
+        "grpo", "--config", TINY_CONFIG, "--model", str(sft_out), *FROM_MODEL, "--data", str(teacher), "-o", str(out),
         "--max-steps", "3", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
         "--set", "max_completion_length=24", "--set", "logging_steps=1", "--set", "every_k_steps=2",
-        "--set", "rollout_seeds=0", "--set", "rollout_conditions=[discrete]", "--set", "beta=0.04", "-q")
+        "--set", "rollout_seeds=0", "--set", "rollout_conditions=[discrete]", "--set", "beta=0.04",
+        "--set", "strip_reasoning=true", "-q")
     assert code == 0, err
     summary = orjson.loads(stdout)
     assert summary["global_step"] == 3 and summary["mode"] == "step" and summary["reward_batches"] == 3
     said = " ".join(err.split())  # the console wraps long lines
     assert "grpo (step): 3 steps" in said and "student rollouts: 1 episodes played" in said
-    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "grpo_config.yaml", "training_log.jsonl",
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "grpo_config.yaml", "training_log.jsonl",
                  "reward_log.jsonl", "prompts_report.json", "grpo_summary.json", "student_rollouts.jsonl"):
         assert (out / name).exists(), name
-    assert not (out / "ref").exists(), "TRL's frozen reference adapter was saved as part of the result"
+    assert not (out / "ref").exists(), "TRL's frozen reference model was saved as part of the result"
+    assert not (out / "adapter_config.json").exists()
 
-    # the adapter is the SFT one, trained further: same shape and base, different weights
+    # the model is the SFT one, trained further: same tensors, different weights
     from safetensors.numpy import load_file
 
-    before, after = load_file(sft_out / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
+    before, after = load_file(sft_out / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(before) == set(after)
-    assert max(float(np.abs(after[k] - before[k]).max()) for k in before) > 1e-4
-    adapter_in, adapter_out = (orjson.loads((d / "adapter_config.json").read_bytes()) for d in (sft_out, out))
-    assert adapter_out["base_model_name_or_path"] == adapter_in["base_model_name_or_path"] and adapter_out["r"] == adapter_in["r"]
+    assert max(float(np.abs(after[k] - before[k]).max()) for k in before) > 1e-5
 
     # prompts: teacher states (every 2nd step) and the student's own rollout
     report = orjson.loads((out / "prompts_report.json").read_bytes())
@@ -191,6 +205,7 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     assert report["by_source"]["bayes"] == 42 and sum(report["by_source"].values()) == 56
     rollout = orjson.loads((out / "student_rollouts.jsonl").read_bytes())
     assert rollout["agent"] == f"model:{sft_out}" and rollout["split"] == "train" and len(rollout["steps"]) == EPISODE_STEPS
+    assert rollout["protocol"] == 2
 
     # the training log: TRL's history with stage grpo, one mean per reward function per step, and the KL
     log = read_training_log(out / "training_log.jsonl")
@@ -228,26 +243,28 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     written = yaml.safe_load((out / "grpo_config.yaml").read_text())
     provenance = written.pop("_provenance")
     cfg = load_config(GRPORunConfig, out / "grpo_config.yaml")
-    assert cfg.beta == 0.04 and cfg.max_steps == 3 and cfg.adapter == str(sft_out) and str(cfg.rollout_seeds) == "0"
+    assert cfg.beta == 0.04 and cfg.max_steps == 3 and cfg.model_name_or_path == str(sft_out) and str(cfg.rollout_seeds) == "0"
+    assert cfg.adapter is None and cfg.use_peft is False and cfg.strip_reasoning is True
     assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == "1.16.0"
     assert provenance["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
     from rhythm.eval.evaluate import ModelOptions
     from rhythm.eval.model_agent import load_model
 
     _, _, source = load_model(str(out), ModelOptions(device="cpu"))
-    assert source.adapter == str(out)
+    assert source.adapter is None and source.path == str(out)
 
 
 @pytest.mark.slow
-def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, teacher, sft_adapter, capsys):
+def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, teacher, sft_model, capsys):
     """Two steps of episode mode through ``python -m rhythm.train.grpo`` (the accelerate / Jobs entry):
     each step the student plays two weeks of one person; every trained turn is rewarded with the final
     score of its week, which the grader reproduces from the actions alone."""
     from rhythm.train.grpo import main
 
-    sft_out = sft_adapter
+    sft_out = sft_model
     out = tmp_path / "episode"
-    code = main(["--config", TINY_CONFIG, f"adapter={sft_out}", f"data={teacher}", f"output_dir={out}", "mode=episode",
+    code = main(["--config", TINY_CONFIG, "adapter=null", f"model_name_or_path={sft_out}", "use_peft=false",
+                 f"data={teacher}", f"output_dir={out}", "mode=episode",
                  "max_steps=2", "num_generations=2", "every_k_steps=7", "per_device_train_batch_size=8",
                  "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]",
                  "logging_steps=1", "--quiet"])
@@ -256,7 +273,7 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
     summary = orjson.loads(captured.out)
     assert summary["global_step"] == 2 and summary["mode"] == "episode"
     assert summary["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
-    assert (out / "adapter_model.safetensors").exists()
+    assert (out / "model.safetensors").exists()
 
     weeks = [orjson.loads(line) for line in (out / "episode_rollouts.jsonl").read_bytes().splitlines()]
     assert [(w["grpo_step"], w["week"]) for w in weeks] == [(1, 0), (1, 1), (2, 0), (2, 1)]
@@ -307,7 +324,7 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     cfg = load_config(GRPORunConfig, TINY_CONFIG, {
         "adapter": str(sft_adapter), "data": str(teacher), "output_dir": str(tmp_path / "run"), "max_steps": 2,
         "save_steps": 1, "save_total_limit": 5, "logging_steps": 1, "num_generations": 2,
-        "per_device_train_batch_size": 4, "max_completion_length": 12})
+        "per_device_train_batch_size": 4, "max_completion_length": 12, "strip_reasoning": True})
     run_grpo(cfg, quiet=True, log=lambda m: None)
     with pytest.raises(RhythmError, match="already holds a run"):
         run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)
