@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from rhythm.teacher.generate import GenerateConfig, generate
 
@@ -34,6 +35,7 @@ def test_generate_writes_records_and_config(tmp_path: Path) -> None:
     assert "teacher: bayes" in sidecar and "versions" in sidecar
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_killed_run_resumes_without_duplicates_or_torn_lines(tmp_path: Path) -> None:
     out = tmp_path / "big.jsonl"
     cmd = [*RHYTHM, "generate", "--seeds", "0-59", "--output", str(out), "--quiet", "--set", "chunk=2"]
@@ -54,6 +56,7 @@ def test_killed_run_resumes_without_duplicates_or_torn_lines(tmp_path: Path) -> 
     assert sorted(seeds) == list(range(60))
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_generate_pipes_into_reeval(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
     shell = f"{' '.join(RHYTHM)} generate --seeds 0-4 --output - --quiet | {' '.join(RHYTHM)} reeval --jsonl - --output {summary} --strict"

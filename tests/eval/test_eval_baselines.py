@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from rhythm.eval.evaluate import EvalConfig, evaluate
 
@@ -14,6 +15,7 @@ CONDITION_KEYS = {
 }
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_eval_is_byte_identical_across_runs_and_has_the_schema(run_cli, tmp_path: Path) -> None:
     out = tmp_path / "eval_results_v2.json"
     runs = []

@@ -68,6 +68,7 @@ def heuristic_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_plot_cli_writes_three_valid_pngs(run_cli, bayes_results: Path, heuristic_results: Path, tmp_path: Path) -> None:
     sft = write_log(tmp_path / "sft", SFT_LOG)
     grpo = write_log(tmp_path / "grpo", GRPO_LOG)
@@ -211,6 +212,7 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_make_plots_is_a_library_call(bayes_results: Path, tmp_path: Path) -> None:
     summary = make_plots(PlotConfig(results=[str(bayes_results)], out=str(tmp_path / "lib"), dpi=60))
     assert [p.name for p in summary.written] == ["final_scores.png", "belief_accuracy.png"]

@@ -187,6 +187,7 @@ class FakeCredential:
         return AccessToken(self.token, int(time.time()) + 3600)
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_azure_entra_id_token_reaches_the_server(tmp_path: Path) -> None:
     assert "AZURE_OPENAI_API_KEY" not in os.environ
     token = "entra-token-0123456789SECRET"
@@ -375,6 +376,7 @@ def test_server_sees_n_requests_in_flight_at_concurrency_n(tmp_path: Path, opena
     assert summary.episodes == 4 and server.max_in_flight == 3
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_ctrl_c_leaves_only_whole_lines_and_resume_finishes(tmp_path: Path, openai_key: str) -> None:
     out = tmp_path / "c.jsonl"
     with FakeOpenAI(api_key=KEY, latency=0.005) as server:
@@ -453,6 +455,7 @@ def test_generate_dispatches_api_teachers(tmp_path: Path, openai_key: str) -> No
 # rhythm eval --agent openai:MODEL
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_eval_openai_agent_sends_each_steps_requests_concurrently(tmp_path: Path, openai_key: str, run_cli) -> None:
     out = tmp_path / "eval.json"
     with FakeOpenAI(api_key=KEY, latency=0.01) as server:

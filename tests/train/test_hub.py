@@ -64,6 +64,7 @@ def test_upload_lands_files_and_dataset_card(hub, tmp_path, teacher):
     assert auth == {f"Bearer {hub.token}"}
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_upload_again_to_an_existing_private_repo(hub, tmp_path, teacher):
     path, records = teacher
     other = tmp_path / "api_teacher.jsonl"
