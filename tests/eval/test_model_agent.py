@@ -159,6 +159,7 @@ def test_each_token_is_prefilled_once_and_the_batch_is_ragged(agent64, weeks64) 
     assert min(lengths) < agent64.options.max_new_tokens and len(set(lengths)) > 2  # ragged turns
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_a_ragged_batch_equals_each_episode_alone(agent64, weeks64) -> None:
     records, _, _ = weeks64
     try:
@@ -189,6 +190,7 @@ def test_lockstep_takes_any_last_reply_but_refuses_a_rewritten_past(agent64) -> 
         engine.step([conversation(["a"]), conversation(["b"])])
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_all_live_episodes_share_one_forward_per_token(tiny_agent) -> None:
     specs = [EpisodeSpec("discrete", "eval", s) for s in range(3)]
     n = 3

@@ -370,6 +370,7 @@ def test_budget_stops_cleanly_via_the_cli(tmp_path: Path, openai_key: str, run_c
     _no_secret_anywhere(tmp_path, KEY, text=err + stdout)
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
 def test_server_sees_n_requests_in_flight_at_concurrency_n(tmp_path: Path, openai_key: str) -> None:
     with FakeOpenAI(api_key=KEY, latency=0.02) as server:
         summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), concurrency=3))
