@@ -120,6 +120,8 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
         raise RhythmError(f"--teacher {provider} needs {flag} NAME (or {provider}:NAME, or llm.{flag[2:]} in the config)")
     if llm.max_retries < 0 or llm.timeout_s <= 0 or llm.concurrency < 1 or llm.max_consecutive_failures < 1:
         raise RhythmError("llm.max_retries must be >= 0, llm.timeout_s > 0, llm.concurrency and llm.max_consecutive_failures >= 1")
+    if llm.history_turns is not None and llm.history_turns < 1:
+        raise RhythmError(f"llm.history_turns must be >= 1 (or null for the whole week), got {llm.history_turns}")
     if llm.reasoning_effort is not None and llm.reasoning_effort not in REASONING_EFFORTS:
         raise RhythmError(f"unknown reasoning_effort {llm.reasoning_effort!r}; expected one of {', '.join(REASONING_EFFORTS)}")
     if llm.max_cost_usd is not None:
