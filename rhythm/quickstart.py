@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from rhythm.config import config_dict, load_config, write_config
+from rhythm.config import NULL, config_dict, load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import now_iso, versions
 
@@ -248,7 +248,7 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
     # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
-    start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": None, "model_name_or_path": str(sft_dir), "use_peft": False}
+    start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": NULL, "model_name_or_path": str(sft_dir), "use_peft": False}
     grpo_over: dict[str, Any] = {**cfg.grpo, **start, "data": str(data), "output_dir": str(grpo_dir)}
     grpo_cfg = load_config(GRPORunConfig, find_config(cfg.grpo_config), grpo_over)
 

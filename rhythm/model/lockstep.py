@@ -35,9 +35,10 @@ class Turn:
 class LockstepChat:
     """Generates the next reply of ``n`` conversations at once, keeping their KV cache across turns.
 
-    ``step(conversations)`` takes each conversation ending on its newest user turn (every earlier
-    assistant turn must be the reply this engine produced for it, as text) and returns one
-    :class:`Turn` per conversation. Greedy unless ``do_sample``; sampling uses ``generator``.
+    ``step(conversations)`` takes each conversation ending on its newest user turn and returns one
+    :class:`Turn` per conversation. Each conversation must extend the one of the previous step: the
+    earlier turns unchanged, then the last reply (any text; it is re-encoded, so it need not be the
+    generated one) and the new user turn. Greedy unless ``do_sample``; sampling uses ``generator``.
     """
 
     def __init__(
@@ -85,8 +86,8 @@ class LockstepChat:
             old = self._rendered[i]
             if not text.startswith(old):
                 raise ValueError(
-                    "conversation does not extend the previous one (the chat template rewrites earlier turns, "
-                    "or a reply other than the generated one was inserted); use a fresh engine per episode"
+                    "conversation does not extend the previous step's (an earlier turn changed, or the chat "
+                    "template rewrites earlier turns); call reset() to start new conversations"
                 )
             ids = self.tokenizer(text[len(old):], add_special_tokens=False)["input_ids"]
             self._rendered[i] = text

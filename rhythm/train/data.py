@@ -46,6 +46,12 @@ class DataOptions:
     """Train on the BELIEF/ACTION lines only (each reply re-rendered by the protocol)."""
     drop_parse_failures: bool = True
     """Leave out episodes with a reply that names no valid action."""
+    context_noise: float = 0.0
+    """Share of replies (after the first) whose BELIEF line is replaced by a random one that the loss
+    skips (their ACTION line is still learned). A teacher's belief changes little from step to step,
+    so on clean weeks copying the last belief is nearly free loss, and a student that learned to copy
+    never updates its own in free play (measured: docs/student.md); with beliefs in context that are
+    often noise, only the observations predict the next one. Needs strip_reasoning."""
 
 
 @dataclass
@@ -108,6 +114,30 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
     return replies, None
 
 
+def noisy_context(messages: list[dict[str, Any]], share: float, rng: random.Random) -> list[dict[str, Any]]:
+    """Give a ``share`` of the assistant turns after the first a random belief that the loss skips.
+
+    Each assistant message gets a ``context`` field: text rendered before its ``content`` and left out
+    of the loss. For a noisy turn that is ``BELIEF: <random S, M, W>`` and the content keeps only the
+    action line (``"\\nACTION: X"``), so its action is still learned; every other turn has an empty
+    context and learns its whole reply. See ``DataOptions.context_noise``.
+    """
+    out: list[dict[str, Any]] = []
+    first = True
+    for m in messages:
+        m = {**m, "context": None}
+        if m["role"] == "assistant":
+            m["context"] = ""
+            if not first and rng.random() < share:
+                parsed = parse_reply(m["content"])
+                noise = [round(rng.random(), 2) for _ in range(3)]
+                m["context"], _, action = format_ending(noise, parsed.action).partition("\n")
+                m["content"] = "\n" + action
+            first = False
+        out.append(m)
+    return out
+
+
 def _final_score(record: dict[str, Any], where: str) -> float:
     score = record.get("score")
     value = score.get("final_score") if isinstance(score, dict) else None
@@ -165,9 +195,12 @@ def build_examples(
             rows = by_episode.setdefault(episode, [])
             if not rows:
                 report.episodes_kept += 1
+            messages = record_conversation(record, include_reply=True, replies=replies, where=where)
+            if options.context_noise > 0:
+                messages = noisy_context(messages, options.context_noise, random.Random(f"{options.seed}|{episode}|{len(rows)}"))
             rows.append(
                 {
-                    "messages": record_conversation(record, include_reply=True, replies=replies, where=where),
+                    "messages": messages,
                     "episode": episode,
                     "condition": str(record["condition"]),
                     "split": str(record["split"]),

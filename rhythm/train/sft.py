@@ -76,6 +76,10 @@ class SFTRunConfig:
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
     """Leave out teacher steps whose reply has no valid ACTION."""
+    context_noise: float = 0.0
+    """Share of replies shown with a stale belief as context only (no loss), so the student learns to
+    infer from the evidence instead of copying its last belief (needs strip_reasoning and a chat
+    template that honours a message's ``train`` flag, as the tiny student's does; docs/student.md)."""
     max_length: int = 1024
     """Tokens per example; longer examples are dropped (and counted), never truncated."""
     # --- optimisation
@@ -167,6 +171,10 @@ def validate(cfg: SFTRunConfig) -> None:
             raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise RhythmError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
+    if not 0.0 <= cfg.context_noise < 1.0:
+        raise RhythmError(f"context_noise must be in [0, 1), got {cfg.context_noise}")
+    if cfg.context_noise > 0 and not cfg.strip_reasoning:
+        raise RhythmError("context_noise rewrites the BELIEF lines of earlier replies; it needs strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
     if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
@@ -349,7 +357,8 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     from rhythm.train.data import DataOptions, build_examples, drop_overlong, to_dataset_dict
 
     # the data first: a bad record fails in a second, before torch is even imported
-    options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures)
+    options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures,
+                          cfg.context_noise)
     rows, report = build_examples(data_paths(cfg), options)
     resume = _resume_path(cfg)
     out = _prepare_output_dir(cfg, resuming=resume is not None)

@@ -42,6 +42,7 @@ CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{%- if message['role'] == 'assistant' %}"
     "{{- '<|im_start|>assistant\\n' }}"
+    "{{- message.get('context') or '' }}"
     "{% generation %}{{- message['content'] + '<|im_end|>' }}{% endgeneration %}"
     "{{- '\\n' }}"
     "{%- else %}"
@@ -50,7 +51,9 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-"""ChatML, as Qwen2.5 writes it, with generation markers around the assistant's turn."""
+"""ChatML, as Qwen2.5 writes it, with generation markers around the assistant's turn and its
+``<|im_end|>``. An assistant message may carry a ``context`` field, text written before its content
+and left out of the loss (SFT's ``context_noise``); without it the template is plain ChatML."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
     from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
     tokens = hashlib.sha256("\x00".join(protocol_tokens()).encode()).hexdigest()
-    payload = {"spec": asdict(spec), "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "tokens": tokens, "v": 2}
+    template = hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()
+    payload = {"spec": asdict(spec), "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "tokens": tokens, "template": template, "v": 2}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
     final = cache_dir() / f"{TINY_NAME}-{key}"
     if (final / "rhythm_tiny.json").exists():
