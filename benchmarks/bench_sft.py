@@ -1,11 +1,11 @@
 """SFT throughput: tokens/s and peak memory of ``rhythm sft``'s own trainer (TRL SFTTrainer + PEFT).
 
-    python benchmarks/bench_sft.py                      # tiny student, LoRA, CPU (and the GPU case if CUDA is there)
+    python benchmarks/bench_sft.py                      # tiny student, all weights, CPU (and the GPU case if CUDA is there)
     OMP_NUM_THREADS=1 python benchmarks/bench_sft.py --steps 30
     python benchmarks/bench_sft.py --only gpu           # a ~100M-parameter Qwen2 trained from scratch on the GPU
 
-Prints one JSON line per case on stdout. The data are real bayes-teacher episodes rendered in the
-protocol (~780 tokens per example with the tiny tokenizer); a case runs ``warmup`` steps, then times
+Prints one JSON line per case on stdout. The data are real bayes-teacher weeks rendered in protocol v2,
+one whole week per example (1,028 tokens with the tiny tokenizer, protocol lines only); a case runs ``warmup`` steps, then times
 ``steps`` more. tokens/s counts the non-padding tokens TRL reports (``num_tokens``, prompt included),
 per optimizer step. Peak memory: the process's max RSS on CPU (``rss_before_train_mb`` is the same
 process before the trainer starts), ``torch.cuda.max_memory_allocated`` on the GPU.
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps per case")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--episodes", type=int, default=12, help="teacher episodes of data (28 examples each)")
+    parser.add_argument("--episodes", type=int, default=24, help="teacher episodes of data (one whole-week example each)")
     parser.add_argument("--batch", type=int, default=8, help="CPU case batch size")
     parser.add_argument("--only", choices=("cpu", "gpu"), default=None)
     args = parser.parse_args(argv)
@@ -122,13 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-sft-"))
     data = teacher_data(tmp / "teacher.jsonl", args.episodes)
     tiny = str(tiny_student_path())
-    base = SFTRunConfig(data=str(data), max_length=1024, learning_rate=2e-3, lr_scheduler_type="constant",
-                        warmup_ratio=0.0, lora_dropout=0.0, report_to="none", seed=0)
+    base = SFTRunConfig(data=str(data), max_length=1536, learning_rate=3e-3, lr_scheduler_type="constant",
+                        warmup_ratio=0.0, lora_dropout=0.0, report_to="none", seed=0, strip_reasoning=True,
+                        val_fraction=0.0)
     cases = []
     if args.only in (None, "cpu"):
-        cases.append(("cpu-tiny-lora", replace(base, model_name_or_path=tiny, output_dir=str(tmp / "cpu"), bf16=False,
-                                                gradient_checkpointing=False, per_device_train_batch_size=args.batch,
-                                                gradient_accumulation_steps=1)))
+        cases.append(("cpu-tiny-full", replace(base, model_name_or_path=tiny, output_dir=str(tmp / "cpu"), bf16=False,
+                                                use_peft=False, gradient_checkpointing=False,
+                                                per_device_train_batch_size=args.batch, gradient_accumulation_steps=1)))
     if args.only in (None, "gpu"):
         if torch.cuda.is_available():
             scratch = scratch_model(tmp / "scratch", tiny)

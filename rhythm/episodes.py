@@ -85,6 +85,7 @@ def play_batch(
                     parse_ok=bool(d.parse_ok),
                     reward=float(res.reward[i]),
                     meters=[float(x) for x in res.meters[i]],
+                    explored=d.explored,
                 )
             )
         if progress is not None:

@@ -42,8 +42,8 @@ class QuickstartConfig:
 
     out: str = "runs/quickstart"
     """Run directory: data, adapters, eval results, plots, resolved configs, summary."""
-    seeds: str = "0-199"
-    """Train-split seeds the bayes teacher plays (in-dist): 200 weeks, 5,600 steps."""
+    seeds: str = "0-2399"
+    """Train-split seeds the bayes teacher plays (in-dist): 2,400 weeks, one epoch of the tiny SFT."""
     concurrency: int = 2
     """Worker processes for the teacher."""
     sft_config: str = "configs/sft-tiny.yaml"
@@ -51,18 +51,16 @@ class QuickstartConfig:
     grpo_config: str = "configs/grpo-tiny-episode.yaml"
     """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode: on the tiny
     student it raised the final score on every condition, while step mode lowered it (docs/grpo.md)."""
-    sft: dict[str, Any] = field(default_factory=lambda: {"max_steps": 480})
-    """Overrides of the SFT config: 480 steps at batch 8 is ~0.8 epoch of 200 weeks (measured: 120 steps
-    on 30 weeks leave the student below the heuristic; this beats it in-dist)."""
-    grpo: dict[str, Any] = field(default_factory=lambda: {"max_steps": 24, "learning_rate": 1.0e-4})
-    """Overrides of the GRPO config: a gentle rate (measured: 5e-4 for 24 steps lowered the in-dist
-    final score of this SFT student from 0.478 to 0.409; 1e-4 kept it level)."""
+    sft: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the SFT config (configs/sft-tiny.yaml: 300 steps of 8 whole weeks, every weight)."""
+    grpo: dict[str, Any] = field(default_factory=lambda: {"max_steps": 12})
+    """Overrides of the GRPO config (configs/grpo-tiny-episode.yaml: whole weeks, full weights, lr 1e-5)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})
     """Eval episodes per condition (eval split, seeds 0..N-1): rhythm eval's defaults."""
     references: list[str] = field(default_factory=lambda: ["random", "heuristic", "bayes", "oracle"])
     """Agents evaluated on the same seeds as the student."""
-    max_new_tokens: int = 64
-    """Reply budget of the student per step (the tiny student writes only BELIEF and ACTION lines)."""
+    max_new_tokens: int = 16
+    """Reply budget of the student per step (the tiny student writes only BELIEF and ACTION lines, ~11 tokens)."""
     batch_size: int = 64
     """Episodes per lockstep batch (one kept KV cache each)."""
     eval_split: str = "eval"

@@ -41,9 +41,14 @@ class StepRecord:
     parse_ok: bool
     reward: float
     meters: list[float]
+    explored: bool = False
+    """The action was an exploring teacher's random one (written only when true)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if not d.pop("explored"):
+            return d
+        return {**d, "explored": True}
 
 
 @dataclass

@@ -65,6 +65,8 @@ class Decision:
     text: str
     parse_ok: bool = True
     usage: dict[str, float] = field(default_factory=dict)
+    explored: bool = False
+    """The action is an exploring teacher's random one, not its choice (see ``TeacherConfig.explore``)."""
 
 
 class Agent(Protocol):

@@ -115,11 +115,14 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return data
 
 
+TEACHER_LABELS = {"bayes": "bayes (teacher)", "oracle": "oracle (knows the person)"}
+
+
 def agent_label(agent: str) -> str:
     """A short name for a legend: ``model:/long/path/runs/sft/adapter`` -> ``model:sft/adapter``."""
     kind, sep, arg = agent.partition(":")
     if not sep:
-        return agent
+        return TEACHER_LABELS.get(agent, agent)
     parts = [p for p in arg.replace("\\", "/").split("/") if p]
     return f"{kind}:{'/'.join(parts[-2:])}" if parts else agent
 

@@ -114,26 +114,38 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
     return replies, None
 
 
-def noisy_context(messages: list[dict[str, Any]], share: float, rng: random.Random) -> list[dict[str, Any]]:
-    """Give a ``share`` of the assistant turns after the first a random belief that the loss skips.
+def split_turns(
+    messages: list[dict[str, Any]], explored: list[bool], share: float, rng: random.Random
+) -> list[dict[str, Any]]:
+    """Say which part of each protocol-lines reply the loss learns, with ``context``/``after`` fields.
 
-    Each assistant message gets a ``context`` field: text rendered before its ``content`` and left out
-    of the loss. For a noisy turn that is ``BELIEF: <random S, M, W>`` and the content keeps only the
-    action line (``"\\nACTION: X"``), so its action is still learned; every other turn has an empty
-    context and learns its whole reply. See ``DataOptions.context_noise``.
+    An assistant message renders as ``context + content + after``; only ``content`` is learned (plus the
+    closing ``<|im_end|>`` when ``after`` is empty). A step played by an exploring teacher (``explored``)
+    keeps its random ACTION line out of the loss; with ``share`` > 0 (``context_noise``), that share of
+    the replies after the first shows a random BELIEF line, also out of the loss. Every message gets both
+    fields (empty when unused), so the dataset has one schema.
     """
     out: list[dict[str, Any]] = []
-    first = True
+    turn = 0
     for m in messages:
-        m = {**m, "context": None}
+        m = {**m, "context": None, "after": None}
         if m["role"] == "assistant":
-            m["context"] = ""
-            if not first and rng.random() < share:
-                parsed = parse_reply(m["content"])
-                noise = [round(rng.random(), 2) for _ in range(3)]
-                m["context"], _, action = format_ending(noise, parsed.action).partition("\n")
-                m["content"] = "\n" + action
-            first = False
+            parsed = parse_reply(m["content"])
+            belief, _, action = format_ending(parsed.belief, parsed.action).partition("\n")
+            action = "\n" + action
+            noisy = turn > 0 and share > 0 and rng.random() < share
+            if noisy:
+                belief = format_ending([round(rng.random(), 2) for _ in range(3)], parsed.action).partition("\n")[0]
+            learn_belief, learn_action = not noisy, not explored[turn]
+            if learn_belief and learn_action:
+                m.update(context="", content=belief + action, after="")
+            elif learn_belief:
+                m.update(context="", content=belief, after=action)
+            elif learn_action:
+                m.update(context=belief, content=action, after="")
+            else:
+                m.update(context=belief + action, content="", after="")
+            turn += 1
         out.append(m)
     return out
 
@@ -196,8 +208,12 @@ def build_examples(
             if not rows:
                 report.episodes_kept += 1
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
-            if options.context_noise > 0:
-                messages = noisy_context(messages, options.context_noise, random.Random(f"{options.seed}|{episode}|{len(rows)}"))
+            explored = [bool(step.get("explored", False)) for step in steps]
+            if options.context_noise > 0 or any(explored):
+                if not options.strip_reasoning:
+                    raise RhythmError(f"{where}: explored steps and context_noise need strip_reasoning: true "
+                                      "(only the protocol lines can be split into learned and unlearned parts)")
+                messages = split_turns(messages, explored, options.context_noise, random.Random(f"{options.seed}|{episode}|{len(rows)}"))
             rows.append(
                 {
                     "messages": messages,

@@ -43,7 +43,9 @@ CHAT_TEMPLATE = (
     "{%- if message['role'] == 'assistant' %}"
     "{{- '<|im_start|>assistant\\n' }}"
     "{{- message.get('context') or '' }}"
-    "{% generation %}{{- message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{%- if message.get('after') %}"
+    "{% generation %}{{- message['content'] }}{% endgeneration %}{{- message['after'] + '<|im_end|>' }}"
+    "{%- else %}{% generation %}{{- message['content'] + '<|im_end|>' }}{% endgeneration %}{%- endif %}"
     "{{- '\\n' }}"
     "{%- else %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -52,8 +54,9 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 """ChatML, as Qwen2.5 writes it, with generation markers around the assistant's turn and its
-``<|im_end|>``. An assistant message may carry a ``context`` field, text written before its content
-and left out of the loss (SFT's ``context_noise``); without it the template is plain ChatML."""
+``<|im_end|>``. An assistant message may carry ``context`` and ``after`` fields, text written before and
+after its content and left out of the loss (SFT's ``context_noise`` and exploring teachers' random
+actions; the ``<|im_end|>`` is learned only without ``after``); without them the template is plain ChatML."""
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ def test_an_agent_evaluated_in_its_own_right_is_not_repeated_as_a_reference(baye
     heur = [b for b in bars if b.agent == "heuristic" and b.condition == "in-dist" and b.grader == "v3"]
     assert [b.kind for b in heur] == ["agent"] and heur[0].ci95 is not None
     assert agent_label("model:/data/runs/sft-tiny/adapter") == "model:sft-tiny/adapter"
-    assert agent_label("bayes") == "bayes"
+    assert agent_label("bayes") == "bayes (teacher)" and agent_label("heuristic") == "heuristic"
 
 
 def test_belief_curves_are_computed_from_the_episodes(bayes_results: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from rhythm.config import load_config
+from rhythm.config import NULL, load_config
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.grader import score_episode
@@ -322,7 +322,7 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     from rhythm.train.grpo import run_grpo
 
     cfg = load_config(GRPORunConfig, TINY_CONFIG, {
-        "adapter": str(sft_adapter), "data": str(teacher), "output_dir": str(tmp_path / "run"), "max_steps": 2,
+        "adapter": str(sft_adapter), "model_name_or_path": NULL, "data": str(teacher), "output_dir": str(tmp_path / "run"), "max_steps": 2,
         "save_steps": 1, "save_total_limit": 5, "logging_steps": 1, "num_generations": 2,
         "per_device_train_batch_size": 4, "max_completion_length": 12, "strip_reasoning": True})
     run_grpo(cfg, quiet=True, log=lambda m: None)

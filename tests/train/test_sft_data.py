@@ -176,6 +176,22 @@ def test_a_v1_file_is_refused_with_one_line_before_any_filter(tmp_path, episodes
     assert msg.startswith(f"{path}:2: record is text protocol v1, this rhythm speaks v2") and "\n" not in msg
 
 
+def _masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
+    """Maximal runs of consecutive tokens marked for loss."""
+    runs: list[list[int]] = []
+    current: list[int] | None = None
+    for i, m in zip(ids, mask, strict=True):
+        if m:
+            current = [] if current is None else current
+            current.append(i)
+        elif current is not None:
+            runs.append(current)
+            current = None
+    if current is not None:
+        runs.append(current)
+    return runs
+
+
 @pytest.mark.parametrize("strip", [True, False])
 def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_student, strip):
     """A whole-week example through the tiny student's chat template: the tokens marked for loss are
@@ -187,16 +203,7 @@ def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_s
     messages = rows["train"][0]["messages"]
     out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = out["input_ids"], out["assistant_masks"]
-    runs, current = [], None  # maximal runs of consecutive masked tokens
-    for i, m in zip(ids, mask, strict=True):
-        if m:
-            current = [] if current is None else current
-            current.append(i)
-        elif current is not None:
-            runs.append(current)
-            current = None
-    if current is not None:
-        runs.append(current)
+    runs = _masked_runs(ids, mask)
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
     assert len(runs) == len(replies) == 28
     assert [tok.decode(r) for r in runs] == [reply + "<|im_end|>" for reply in replies]
@@ -205,3 +212,47 @@ def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_s
         if m["role"] != "assistant":
             assert m["content"] in unmasked
     assert unmasked.count("<|im_start|>assistant\n") == 28  # the turn header is context, not target
+
+
+
+@pytest.mark.slow
+def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_student):
+    """An exploring teacher's random ACTION lines and context_noise's random BELIEF lines are rendered in
+    the conversation (the student sees them in context) but the loss learns only the rest of each reply."""
+    from transformers import AutoTokenizer
+
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.episodes import play
+    from rhythm.records import JsonlWriter
+    from rhythm.teacher.agents import BayesAgent, TeacherConfig
+
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    path = tmp_path / "explore.jsonl"
+    records = [r.to_dict() for r in play(BayesAgent(TeacherConfig(explore=0.5)), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)])]
+    with JsonlWriter(path) as w:
+        for r in records:
+            w.write(r)
+    with pytest.raises(RhythmError, match="strip_reasoning"):
+        build_examples(str(path), DataOptions(val_fraction=0.0))
+    for noise in (0.0, 0.6):
+        options = DataOptions(val_fraction=0.0, strip_reasoning=True, context_noise=noise)
+        rows, _ = build_examples(str(path), options)
+        assert rows == build_examples(str(path), options)[0]  # seeded
+        noisy = 0
+        for row, rec in zip(rows["train"], records, strict=True):
+            replies = [m for m in row["messages"] if m["role"] == "assistant"]
+            out = tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            runs = _masked_runs(out["input_ids"], out["assistant_masks"])
+            assert [tok.decode(r) for r in runs] == [m["content"] + ("" if m["after"] else "<|im_end|>") for m in replies]
+            for m, step in zip(replies, rec["steps"], strict=True):
+                shown = parse_reply(m["context"] + m["content"] + m["after"])
+                assert shown.ok and shown.action_name == step["action"]  # the played action is always in context
+                learned = parse_reply(m["content"])
+                if step.get("explored"):
+                    assert "ACTION" not in m["content"]
+                if tuple(shown.belief) != tuple(step["belief"]):
+                    noisy += 1
+                    assert "BELIEF" not in m["content"]
+                else:
+                    assert learned.belief == shown.belief
+        assert (noisy > 0) == (noise > 0)
