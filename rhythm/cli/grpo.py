@@ -13,7 +13,7 @@ def grpo_command(
     adapter: Annotated[Optional[str], typer.Option("--adapter", help="SFT LoRA adapter to refine (rhythm sft's output dir, or a Hub repo id).")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="Teacher episodes JSONL whose states become prompts (comma-separated; - for stdin).")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="step: one recorded state per prompt; episode: play whole weeks, reward = final score.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Base model (default: the adapter's own base).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="A full model to refine (e.g. the tiny student's SFT output dir, with --set adapter=null), or an adapter's base (default: the adapter's own).")] = None,
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Adapter, checkpoints, training_log.jsonl, reward_log.jsonl, config.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps.")] = None,
     resume: opt.CheckpointResumeOpt = False,
