@@ -17,6 +17,7 @@ averages ~0.1 belief score (its unclipped mean is 0): about 0.02 of final score,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Final
 
@@ -58,6 +59,22 @@ def behaviour_score(returns: np.ndarray | float) -> np.ndarray | float:
 def belief_mae(belief: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """Mean absolute error over (S, M, W); NaN rows (no belief) give NaN."""
     return np.abs(np.asarray(belief, dtype=np.float64) - np.asarray(truth, dtype=np.float64)).mean(axis=-1)
+
+
+def belief_mae_by_step(beliefs: Sequence[tuple[int, Sequence[float] | None]], truth: np.ndarray, steps: int) -> np.ndarray:
+    """MAE of the belief stated at each step of one episode: ``(steps,)``, NaN where none was stated.
+
+    ``beliefs`` holds ``(t, belief)`` pairs; a step outside ``0..steps-1`` is ignored, a belief that does
+    not have one number per dimension raises ``ValueError``.
+    """
+    errors = np.full(steps, np.nan)
+    for t, belief in beliefs:
+        if belief is None or not 0 <= t < steps:
+            continue
+        if len(belief) != len(truth):
+            raise ValueError(f"step {t}: belief {list(belief)!r} does not have {len(truth)} numbers")
+        errors[t] = float(belief_mae(np.asarray(belief, dtype=np.float64), truth))
+    return errors
 
 
 def belief_score(mae: np.ndarray | float, condition: str, grader: str = DEFAULT_GRADER) -> np.ndarray | float:

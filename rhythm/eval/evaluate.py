@@ -27,7 +27,7 @@ from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
-from rhythm.grader import GRADERS, belief_mae
+from rhythm.grader import GRADERS, belief_mae_by_step
 from rhythm.locking import output_lock
 from rhythm.provenance import versions
 from rhythm.records import EpisodeRecord, JsonlWriter
@@ -136,13 +136,10 @@ def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
     return np.array([np.nan if r.score[key] is None else r.score[key] for r in records], dtype=np.float64)
 
 
-def belief_mae_by_step(records: list[EpisodeRecord], truth: np.ndarray) -> list[float | None]:
+def mean_belief_mae_by_step(records: list[EpisodeRecord], truth: np.ndarray) -> list[float | None]:
     """Mean MAE of the belief stated at each step (None where no episode stated one): does it sharpen?"""
-    errors = np.full((len(records), EPISODE_STEPS), np.nan)
-    for i, (record, target) in enumerate(zip(records, truth, strict=True)):
-        for step in record.steps:
-            if step.belief is not None:
-                errors[i, step.t] = float(belief_mae(np.asarray(step.belief, dtype=np.float64), target))
+    errors = np.stack([belief_mae_by_step([(s.t, s.belief) for s in r.steps], target, EPISODE_STEPS)
+                       for r, target in zip(records, truth, strict=True)])
     stated = ~np.isnan(errors)
     sums = np.where(stated, errors, 0.0).sum(axis=0)
     return [round(float(s / n), 6) if n else None for s, n in zip(sums, stated.sum(axis=0))]
@@ -175,7 +172,7 @@ def summarize_condition(
         "belief_mae": mean_ci(_scores(records, "belief_mae")),
         "belief_mae_by_dim": by_dim,
         "belief_mae_prior": round(float(_scores(records, "belief_mae_prior").mean()), 6),
-        "belief_mae_by_step": belief_mae_by_step(records, truth),
+        "belief_mae_by_step": mean_belief_mae_by_step(records, truth),
         "belief_stated_rate": round(sum(stated) / len(records), 6),
         "crashes": round(float(_scores(records, "crashes").mean()), 6),
         "win_rate_vs": {},

@@ -219,6 +219,13 @@ def _step_seed(seed: int, episodes: list[EpisodeSpec], t: int, chunk: int) -> in
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def decision_of(turn: Any) -> Decision:
+    """A generated reply (:class:`rhythm.model.lockstep.Turn`) as the agent's decision, parsed by the protocol."""
+    parsed = parse_reply(turn.text)
+    usage = {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids)}
+    return Decision(action=parsed.action, belief=parsed.belief, text=turn.text, parse_ok=parsed.ok, usage=usage)
+
+
 class ModelAgent:
     """``model:PATH``: a causal LM playing every live episode as one conversation, in lockstep batches
     whose key/value caches persist across the week (:class:`rhythm.model.lockstep.LockstepChat`)."""
@@ -269,15 +276,5 @@ class ModelAgent:
             generator = None
             if self.options.do_sample:
                 generator = torch.Generator(device="cpu").manual_seed(_step_seed(self.options.seed, self.episodes[start : start + engine.n], obs.t, chunk))
-            for turn in engine.step(convs, generator=generator):
-                parsed = parse_reply(turn.text)
-                decisions.append(
-                    Decision(
-                        action=parsed.action,
-                        belief=parsed.belief,
-                        text=turn.text,
-                        parse_ok=parsed.ok,
-                        usage={"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids)},
-                    )
-                )
+            decisions.extend(decision_of(turn) for turn in engine.step(convs, generator=generator))
         return decisions

@@ -296,22 +296,14 @@ def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[
     EPISODE_STEPS) with NaN where the step stated no belief; prior_errors is (episodes,), the constant
     prior guess's MAE against the same people."""
     from rhythm.env.profiles import belief_of, sample_profiles
-    from rhythm.grader import PRIOR_MEAN
+    from rhythm.grader import PRIOR_MEAN, belief_mae_by_step
 
     out: dict[str, tuple[list[np.ndarray], list[float]]] = {}
     for where, rec in records:
         cond = rec["condition"]
         try:
             truth = belief_of(sample_profiles(cond, rec["split"], np.array([rec["seed"]])))[0]
-            err = np.full(EPISODE_STEPS, np.nan)
-            for step in rec["steps"]:
-                t = int(step["t"])
-                belief = step.get("belief")
-                if belief is None or not 0 <= t < EPISODE_STEPS:
-                    continue
-                if len(belief) != len(truth):
-                    raise ValueError(f"step {t}: belief {belief!r} does not have {len(truth)} numbers")
-                err[t] = float(np.abs(np.asarray(belief, dtype=np.float64) - truth).mean())
+            err = belief_mae_by_step([(int(step["t"]), step.get("belief")) for step in rec["steps"]], truth, EPISODE_STEPS)
         except (ValueError, TypeError) as exc:
             raise RhythmError(f"{where}: {exc}") from None
         errs, priors = out.setdefault(cond, ([], []))

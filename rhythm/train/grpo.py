@@ -440,17 +440,13 @@ class PolicyAgent:
     def act(self, obs: Any) -> list[Any]:
         import torch
 
-        from rhythm.agents.base import Decision
-        from rhythm.protocol import parse_reply
+        from rhythm.eval.model_agent import decision_of
 
         generator = torch.Generator(device="cpu").manual_seed(self.seed * 1000 + obs.t)
-        decisions = []
-        for i, turn in enumerate(self.engine.step([obs.conversation(i) for i in range(len(obs.prompts))], generator=generator)):
+        turns = self.engine.step([obs.conversation(i) for i in range(len(obs.prompts))], generator=generator)
+        for i, turn in enumerate(turns):
             self.turns[i][obs.t] = (turn.prompt_ids, turn.completion_ids)
-            parsed = parse_reply(turn.text)
-            decisions.append(Decision(parsed.action, parsed.belief, turn.text, parsed.ok,
-                                      {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids)}))
-        return decisions
+        return [decision_of(turn) for turn in turns]
 
 
 def assign_weeks(keys: Sequence[tuple[str, str, int, int]]) -> list[int]:
