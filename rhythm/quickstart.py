@@ -4,8 +4,10 @@ Stages, each a call of the same library function its own command uses:
 
 1. ``generate``: bayes teacher episodes on the train split (in-dist).
 2. ``reeval``: replay and regrade them beside random and heuristic.
-3. ``sft``: the tiny offline student distilled with TRL + PEFT (``configs/sft-tiny.yaml``).
-4. ``grpo``: a short GRPO refinement from the SFT adapter (``configs/grpo-tiny.yaml``).
+3. ``sft-openings`` then ``sft``: the tiny offline student distilled with TRL, every weight, first on
+   the openings of the teacher's weeks (``configs/sft-tiny-openings.yaml``), then on whole weeks
+   (``configs/sft-tiny.yaml``).
+4. ``grpo``: a short GRPO refinement of the SFT model on whole weeks (``configs/grpo-tiny-episode.yaml``).
 5. ``eval``: the SFT and SFT+GRPO students beside random, heuristic, bayes and oracle on in-dist, ood
    and discrete (eval split, the same seeds for every agent).
 6. ``plot``: ``final_scores.png``, ``belief_accuracy.png``, ``training_loss.png``.
@@ -46,13 +48,19 @@ class QuickstartConfig:
     """Train-split seeds the bayes teacher plays (in-dist): 2,400 weeks, one epoch of the tiny SFT."""
     concurrency: int = 2
     """Worker processes for the teacher."""
+    openings_config: str | None = "configs/sft-tiny-openings.yaml"
+    """SFT stage 1, on the openings of the teacher's weeks (its data and output_dir are set by the
+    quickstart); null: no stage 1, the SFT stage starts from its config's model."""
+    openings: dict[str, Any] = field(default_factory=dict)
+    """Overrides of stage 1's config (configs/sft-tiny-openings.yaml: 600 steps of 27 eight-turn openings)."""
     sft_config: str = "configs/sft-tiny.yaml"
-    """SFT settings (its data and output_dir are set by the quickstart)."""
+    """SFT settings, stage 2 on whole weeks (data, output_dir and, after stage 1, the model are set by
+    the quickstart)."""
     grpo_config: str = "configs/grpo-tiny-episode.yaml"
     """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode: on the tiny
     student it raised the final score on every condition, while step mode lowered it (docs/grpo.md)."""
     sft: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the SFT config (configs/sft-tiny.yaml: 300 steps of 8 whole weeks, every weight)."""
+    """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks, every weight)."""
     grpo: dict[str, Any] = field(default_factory=lambda: {"max_steps": 12})
     """Overrides of the GRPO config (configs/grpo-tiny-episode.yaml: whole weeks, full weights, lr 1e-5)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})
@@ -229,20 +237,30 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
     stages.append(run_stage("reeval", out / "reeval", re_cfg, [data], {"summary": reeval_out}, do_reeval, say))
 
-    # 3. SFT
+    # 3. SFT: stage 1 on the weeks' openings (a curriculum), stage 2 on whole weeks
+    def sft_stage(name: str, run_dir: Path, run_cfg: SFTRunConfig, inputs: list[Path]) -> None:
+        def do_sft() -> dict[str, Any]:
+            if run_dir.exists():
+                import shutil
+
+                shutil.rmtree(run_dir)  # stale (inputs changed): retrain from scratch
+            s = run_sft(run_cfg, quiet=quiet, log=say)
+            return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
+
+        stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say))
+
     sft_dir = out / "sft"
     sft_over: dict[str, Any] = {**cfg.sft, "data": str(data), "output_dir": str(sft_dir)}
+    sft_inputs = [data]
+    if cfg.openings_config is not None:
+        openings_dir = out / "sft-openings"
+        openings_cfg = load_config(SFTRunConfig, find_config(cfg.openings_config),
+                                   {**cfg.openings, "data": str(data), "output_dir": str(openings_dir)})
+        sft_stage("sft-openings", openings_dir, openings_cfg, [data])
+        sft_over["model_name_or_path"] = str(openings_dir)
+        sft_inputs.append(openings_dir)
     sft_cfg = load_config(SFTRunConfig, find_config(cfg.sft_config), sft_over)
-
-    def do_sft() -> dict[str, Any]:
-        if sft_dir.exists():
-            import shutil
-
-            shutil.rmtree(sft_dir)  # stale (inputs changed): retrain from scratch
-        s = run_sft(sft_cfg, quiet=quiet, log=say)
-        return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
-
-    stages.append(run_stage("sft", sft_dir, sft_cfg, [data], {"summary": sft_dir / "sft_summary.json"}, do_sft, say))
+    sft_stage("sft", sft_dir, sft_cfg, sft_inputs)
 
     # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
@@ -299,13 +317,14 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
     # 6. plots
     plots_dir = out / "plots"
-    plot_cfg = PlotConfig(results=[str(p) for p in result_files], logs=[str(sft_dir), str(grpo_dir)], out=str(plots_dir))
+    trained_dirs = [*sft_inputs[1:], sft_dir, grpo_dir]  # stage 1 (if any), stage 2, GRPO
+    plot_cfg = PlotConfig(results=[str(p) for p in result_files], logs=[str(d) for d in trained_dirs], out=str(plots_dir))
 
     def do_plot() -> dict[str, Any]:
         make_plots(plot_cfg)
         return {}
 
-    stages.append(run_stage("plot", plots_dir, plot_cfg, [*result_files, sft_dir / "training_log.jsonl", grpo_dir / "training_log.jsonl"],
+    stages.append(run_stage("plot", plots_dir, plot_cfg, [*result_files, *(d / "training_log.jsonl" for d in trained_dirs)],
                             {"final_scores": plots_dir / "final_scores.png"}, do_plot, say))
 
     # 7. summary

@@ -12,6 +12,7 @@ from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_sta
 
 MINI = {
     "seeds": "0-5",
+    "openings": {"max_steps": 2, "per_device_train_batch_size": 4, "eval_steps": 2, "save_steps": 2, "logging_steps": 1},
     "sft": {"max_steps": 4, "eval_steps": 2, "save_steps": 4, "logging_steps": 1},
     "grpo": {"max_steps": 1, "logging_steps": 1, "save_steps": 1},
     "eval_episodes": {"in-dist": 2, "ood": 2, "discrete": 3},
@@ -32,8 +33,8 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     said: list[str] = []
     first = quickstart(cfg, say=said.append, quiet=True)
     out = Path(cfg.out)
-    # the tiny student trains every weight (configs/sft-tiny.yaml), and GRPO refines that model
-    for rel in ("data/teacher.jsonl", "data/reeval.json", "sft/model.safetensors", "sft/training_log.jsonl",
+    # the tiny student trains every weight, on openings then whole weeks, and GRPO refines that model
+    for rel in ("data/teacher.jsonl", "data/reeval.json", "sft-openings/model.safetensors", "sft/model.safetensors", "sft/training_log.jsonl",
                 "grpo/model.safetensors", "grpo/training_log.jsonl", "eval/sft/eval_results_v2.json",
                 "eval/grpo/eval_results_v2.episodes.jsonl", "quickstart_config.yaml", "summary.md", "summary.json"):
         assert (out / rel).exists(), rel
@@ -58,7 +59,7 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     # more teacher seeds: data changes, so SFT and everything after it run again
     third = quickstart(QuickstartConfig(out=cfg.out, **{**MINI, "seeds": "0-6"}), say=said.append, quiet=True)
     reused = {s["name"]: s["reused"] for s in third["stages"]}
-    assert not reused["generate"] and not reused["sft"] and not reused["grpo"] and not reused["eval sft in-dist"]
+    assert not reused["generate"] and not reused["sft-openings"] and not reused["sft"] and not reused["grpo"] and not reused["eval sft in-dist"]
     assert len((out / "data/teacher.jsonl").read_bytes().splitlines()) == 7
 
 

@@ -128,15 +128,16 @@ def resolve_base(name: str) -> str:
     ``rhythm-tiny`` is the cached tiny student; so is a missing path whose folder name is the tiny
     student's (an adapter trained on another machine or in another cache records that machine's path).
     """
-    from rhythm.train.tiny_model import TINY_NAME, resolve_model, tiny_student_path
+    from rhythm.train.tiny_model import TINY_MODELS, TINY_NAME, resolve_model, tiny_student_path
 
-    if name == TINY_NAME:
+    if name in TINY_MODELS:
         return resolve_model(name)
     local = Path(name).expanduser()
     if not local.exists() and local.name.startswith(TINY_NAME + "-"):
-        tiny = tiny_student_path()
-        if tiny.name == local.name:
-            return str(tiny)
+        for spec in TINY_MODELS.values():
+            tiny = tiny_student_path(spec)
+            if tiny.name == local.name:
+                return str(tiny)
     return name
 
 

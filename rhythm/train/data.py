@@ -52,6 +52,10 @@ class DataOptions:
     so on clean weeks copying the last belief is nearly free loss, and a student that learned to copy
     never updates its own in free play (measured: docs/student.md); with beliefs in context that are
     often noise, only the observations predict the next one. Needs strip_reasoning."""
+    first_turns: int | None = None
+    """Train on the first N turns of each week only (None: the whole week). A week's opening turns carry
+    most of what there is to infer (the belief moves most early) at a fraction of the tokens, so a
+    curriculum stage on openings is cheap; a model then needs whole weeks to learn the later turns."""
 
 
 @dataclass
@@ -194,6 +198,9 @@ def build_examples(
             report.episodes_read += 1
             steps = record["steps"]
             report.steps_read += len(steps)
+            if options.first_turns is not None:
+                steps = steps[: options.first_turns]
+                record = {**record, "steps": steps}
             if options.min_score is not None and _final_score(record, where) < options.min_score:
                 report.drop_episode(BELOW_MIN_SCORE, len(steps))
                 continue

@@ -80,6 +80,8 @@ class SFTRunConfig:
     """Share of replies shown with a stale belief as context only (no loss), so the student learns to
     infer from the evidence instead of copying its last belief (needs strip_reasoning and a chat
     template that honours a message's ``train`` flag, as the tiny student's does; docs/student.md)."""
+    first_turns: int | None = None
+    """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
     """Tokens per example; longer examples are dropped (and counted), never truncated."""
     # --- optimisation
@@ -171,6 +173,8 @@ def validate(cfg: SFTRunConfig) -> None:
             raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise RhythmError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
+    if cfg.first_turns is not None and cfg.first_turns < 1:
+        raise RhythmError(f"first_turns must be >= 1 or null, got {cfg.first_turns}")
     if not 0.0 <= cfg.context_noise < 1.0:
         raise RhythmError(f"context_noise must be in [0, 1), got {cfg.context_noise}")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
@@ -358,7 +362,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
 
     # the data first: a bad record fails in a second, before torch is even imported
     options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures,
-                          cfg.context_noise)
+                          cfg.context_noise, cfg.first_turns)
     rows, report = build_examples(data_paths(cfg), options)
     resume = _resume_path(cfg)
     out = _prepare_output_dir(cfg, resuming=resume is not None)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
@@ -69,12 +70,16 @@ class TinySpec:
     """One token per number, action and turn scaffold (see the module docstring)."""
     hidden_size: int = 128
     intermediate_size: int = 512
-    num_hidden_layers: int = 4
+    num_hidden_layers: int = 2
+    """Two layers learn the quickstart's inference in CPU minutes (``rhythm-tiny``); four
+    (``rhythm-tiny-4l``) reach further with an hour or two of training (docs/student.md)."""
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     max_position_embeddings: int = 4096
     initializer_range: float = 0.02
     """Qwen's default: right for training every weight. (0.2 only helps a frozen random model under LoRA.)"""
+    numeric_init: bool = True
+    """Number tokens start with their value written into their embedding (see ``numeric_embeddings``)."""
     seed: int = 0
     corpus_episodes: int = 8
     """Bayes and heuristic episodes per condition whose text trains the tokenizer."""
@@ -183,12 +188,52 @@ def build_tiny_student(out_dir: str | Path, spec: TinySpec = TinySpec()) -> Path
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = Qwen2ForCausalLM(config)
+        if spec.numeric_init:
+            numeric_embeddings(model, tokenizer)
     model.generation_config = GenerationConfig(eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=False)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "rhythm_tiny.json").write_text(json.dumps({"name": TINY_NAME, "spec": asdict(spec)}, indent=2))
     return out
+
+
+NUMERIC_FREQUENCIES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+NUMERIC_SCALE = 0.05
+
+
+def number_value(token: str) -> float | None:
+    """The value a protocol number token writes (``0.52``, `` +0.05``), or None for any other token."""
+    text = token.strip()
+    if not re.fullmatch(r"[+-]?[01]\.\d\d", text):
+        return None
+    return float(text)
+
+
+def numeric_embeddings(model, tokenizer) -> int:
+    """Write each number token's value into the first dimensions of its (tied) embedding row.
+
+    A from-scratch model otherwise has to discover from data alone that ``0.51`` lies between ``0.50``
+    and ``0.52``, hundreds of unrelated rows at once; with the value and a few sinusoids of it in the
+    row, neighbouring numbers start out neighbours, as inputs and, through the tied LM head, as
+    outputs. The other dimensions keep their random initialisation. Returns the rows written."""
+    import math
+
+    import torch
+
+    weight = model.get_input_embeddings().weight
+    written = 0
+    with torch.no_grad():
+        for token, idx in tokenizer.get_added_vocab().items():
+            value = number_value(token)
+            if value is None:
+                continue
+            feats = [value]
+            for f in NUMERIC_FREQUENCIES:
+                feats += [math.sin(math.pi * f * value), math.cos(math.pi * f * value)]
+            weight[idx, : len(feats)] = NUMERIC_SCALE * torch.tensor(feats, dtype=weight.dtype)
+            written += 1
+    return written
 
 
 def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
@@ -216,6 +261,12 @@ def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
     return final
 
 
+TINY_MODELS = {TINY_NAME: TinySpec(), f"{TINY_NAME}-4l": TinySpec(num_hidden_layers=4)}
+"""The tiny students a model name may ask for: ``rhythm-tiny`` (2 layers, the quickstart's) and
+``rhythm-tiny-4l`` (4 layers, ``configs/sft-small.yaml``)."""
+
+
 def resolve_model(name_or_path: str) -> str:
-    """``rhythm-tiny`` -> the cached tiny student's path; anything else is returned as given."""
-    return str(tiny_student_path()) if name_or_path == TINY_NAME else name_or_path
+    """``rhythm-tiny`` / ``rhythm-tiny-4l`` -> the cached tiny student's path; anything else as given."""
+    spec = TINY_MODELS.get(name_or_path)
+    return str(tiny_student_path(spec)) if spec is not None else name_or_path

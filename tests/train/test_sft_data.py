@@ -256,3 +256,22 @@ def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_
                 else:
                     assert learned.belief == shown.belief
         assert (noisy > 0) == (noise > 0)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_first_turns_keeps_each_weeks_opening_and_its_replies(episodes, n):
+    bayes, _, records, _ = episodes
+    whole, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0))
+    rows, report = build_examples(str(bayes), DataOptions(val_fraction=0.0, first_turns=n))
+    assert report.steps_read == 8 * 28 and len(rows["train"]) == 8  # every week still read and kept
+    for row, full in zip(rows["train"], whole["train"]):
+        assert row["episode"] == full["episode"]
+        assert [m["role"] for m in row["messages"][1:]] == ["user", "assistant"] * n
+        assert row["messages"] == full["messages"][: 1 + 2 * n]  # exactly the whole week's first n turns
+
+
+def test_first_turns_longer_than_a_week_is_the_whole_week(episodes):
+    bayes = episodes[0]
+    whole, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0))
+    rows, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0, first_turns=100))
+    assert rows == whole
