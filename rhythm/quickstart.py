@@ -192,9 +192,10 @@ def verdict(students: dict[str, dict[str, Any]]) -> list[str]:
 
 def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, quiet: bool = False) -> dict[str, Any]:
     """Run (or reuse) every stage under ``cfg.out``; returns the summary."""
-    from rhythm.eval.evaluate import EvalConfig, ModelOptions, run_eval
+    from rhythm.eval.evaluate import EvalConfig, run_eval
     from rhythm.eval.plots import PlotConfig, make_plots
     from rhythm.eval.reeval import ReevalConfig, reeval
+    from rhythm.model.load import ModelOptions
     from rhythm.teacher.generate import GenerateConfig, generate
     from rhythm.train.grpo import GRPORunConfig, run_grpo
     from rhythm.train.sft import SFTRunConfig, run_sft

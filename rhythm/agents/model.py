@@ -1,10 +1,6 @@
 """The student as an agent: a causal LM that plays the benchmark through the text protocol.
 
-Run it with ``rhythm eval --agent model:PATH``. PATH is a local directory, a Hub id, or ``rhythm-tiny``
-(the offline tiny student). A directory (or Hub repo) holding ``adapter_config.json`` is a PEFT LoRA
-adapter: it is loaded onto its base model (``ModelOptions.base_model``, else the adapter's own
-``base_model_name_or_path``) and merged for inference. The tokenizer comes from the adapter when it
-ships one, else from the base.
+Run it with ``rhythm eval --agent model:PATH`` (loading: :func:`rhythm.model.load.load_model`).
 
 Protocol v2: each episode is one conversation, and all live episodes advance in lockstep (in chunks
 of ``ModelOptions.batch_size``), each chunk keeping its key/value cache for the whole week
@@ -14,204 +10,19 @@ reply, so a week costs one pass over its tokens instead of 28. Greedy unless ``d
 conversation every step (tested). Decoding settings come from ``ModelOptions`` alone (no repetition penalty or sampling defaults
 from a model card). Replies go through
 :func:`rhythm.protocol.parse_reply`; a reply that never parses gets the fallback action and counts
-as a parse failure, never an error. bf16 on a CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is
-picked automatically (cuda > mps > cpu) unless ``ModelOptions.device`` names one.
+as a parse failure, never an error.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
 from rhythm.errors import RhythmError
+from rhythm.model.load import ModelOptions, load_model, stop_token_ids
+from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-    from rhythm.eval.evaluate import ModelOptions
-
-ADAPTER_CONFIG = "adapter_config.json"
-TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
-"""End-of-turn markers of common chat templates; any that the tokenizer knows also stops generation."""
-
-
-@dataclass
-class ModelSource:
-    """Where the weights came from (``agent.source``): what was loaded, from where, on which device."""
-
-    path: str
-    base: str
-    adapter: str | None = None
-    tokenizer: str = ""
-    device: str = "cpu"
-    dtype: str = "float32"
-
-
-def pick_device(requested: str = "auto") -> str:
-    """``auto`` -> cuda if available, else mps, else cpu; anything else is checked and returned."""
-    import torch
-
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return "mps"
-        return "cpu"
-    kind = requested.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise RhythmError(f"device {requested!r} requested but CUDA is not available; use --set model.device=cpu")
-    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise RhythmError(f"device {requested!r} requested but MPS is not available; use --set model.device=cpu")
-    if kind not in ("cpu", "cuda", "mps", "xpu"):
-        raise RhythmError(f"unknown device {requested!r}; expected auto, cpu, cuda, cuda:N or mps")
-    return requested
-
-
-def pick_dtype(requested: str, device: str) -> torch.dtype:
-    """``auto`` -> bfloat16 on CUDA (float16 where bf16 is unsupported), float16 on MPS, float32 on CPU."""
-    import torch
-
-    if requested == "auto":
-        kind = device.split(":")[0]
-        if kind == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if kind == "mps":
-            return torch.float16
-        return torch.float32
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if requested not in names:
-        raise RhythmError(f"unknown dtype {requested!r}; expected auto, float32, bfloat16 or float16")
-    return names[requested]
-
-
-def _looks_local(path: str) -> bool:
-    """A path that cannot be a Hub id (``org/name`` or ``name``)."""
-    return path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
-
-
-def adapter_config(path: str) -> dict[str, Any] | None:
-    """The PEFT adapter config of ``path`` (local dir or Hub id), or None if it is a full model."""
-    local = Path(path).expanduser()
-    if local.is_dir():
-        cfg = local / ADAPTER_CONFIG
-        return _read_json(cfg) if cfg.is_file() else None
-    from transformers.utils.peft_utils import find_adapter_config_file
-
-    try:
-        found = find_adapter_config_file(path)
-    except Exception:  # noqa: BLE001 - unreachable Hub: treat as a full model; loading it says why
-        return None
-    return _read_json(Path(found)) if found else None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise RhythmError(f"{path}: cannot read adapter config ({err})") from None
-    if not isinstance(data, dict):
-        raise RhythmError(f"{path}: adapter config is not a JSON object")
-    return data
-
-
-def resolve_base(name: str) -> str:
-    """A base model name as the user or an adapter wrote it -> something ``from_pretrained`` can load.
-
-    ``rhythm-tiny`` is the cached tiny student; so is a missing path whose folder name is the tiny
-    student's (an adapter trained on another machine or in another cache records that machine's path).
-    """
-    from rhythm.train.tiny_model import TINY_NAME, resolve_model, tiny_student_path
-
-    if name == TINY_NAME:
-        return resolve_model(name)
-    local = Path(name).expanduser()
-    if not local.exists() and local.name.startswith(TINY_NAME + "-"):
-        tiny = tiny_student_path()
-        if tiny.name == local.name:
-            return str(tiny)
-    return name
-
-
-def _has_tokenizer(path: str) -> bool:
-    local = Path(path).expanduser()
-    return local.is_dir() and any((local / f).is_file() for f in TOKENIZER_FILES)
-
-
-def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]:
-    """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not path:
-        raise RhythmError("model agent needs a path or Hub id, e.g. model:runs/sft/adapter or model:rhythm-tiny")
-    resolved = resolve_base(path)
-    if _looks_local(resolved) and not Path(resolved).expanduser().exists():
-        raise RhythmError(f"model path not found: {path}")
-    device = pick_device(options.device)
-    dtype = pick_dtype(options.dtype, device)
-    adapter = adapter_config(resolved)
-    base = resolved
-    if adapter is not None:
-        named = options.base_model or adapter.get("base_model_name_or_path")
-        if not named:
-            raise RhythmError(f"{path}: adapter names no base model; pass --set model.base_model=NAME")
-        base = resolve_base(named)
-    elif options.base_model:
-        raise RhythmError(f"{path} is not a LoRA adapter (no {ADAPTER_CONFIG}), so model.base_model does not apply")
-    tok_source = resolved if adapter is not None and _has_tokenizer(resolved) else base
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(Path(tok_source).expanduser()) if _has_tokenizer(tok_source) else tok_source)
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
-    except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RhythmError(
-            f"cannot load model {base!r} (from model:{path}): {first} "
-            "(a Hub id needs the network or a copy in the HF cache; a local path must exist)"
-        ) from None
-    if adapter is not None:
-        import warnings
-
-        from peft import PeftModel
-
-        try:
-            with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
-                warnings.simplefilter("ignore", FutureWarning)
-                model = PeftModel.from_pretrained(model, resolved).merge_and_unload()
-        except (OSError, ValueError, RuntimeError, KeyError) as err:
-            raise RhythmError(f"cannot load LoRA adapter {path!r} onto {base!r}: {str(err).splitlines()[0]}") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise RhythmError(f"tokenizer of {tok_source!r} has no chat template; the protocol needs one")
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
-    model.eval()
-    source = ModelSource(
-        path=path, base=base, adapter=resolved if adapter is not None else None,
-        tokenizer=tok_source, device=device, dtype=str(dtype).removeprefix("torch."),
-    )
-    return model, tokenizer, source
-
-
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every id that ends a reply: the generation config's eos, the tokenizer's eos, end-of-turn markers."""
-    ids: list[int] = []
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    for i in configured if isinstance(configured, (list, tuple)) else [configured]:
-        if i is not None:
-            ids.append(int(i))
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
-    ids.extend(int(vocab[t]) for t in END_OF_TURN_TOKENS if t in vocab)
-    return sorted(set(ids))
 
 
 def _step_seed(seed: int, episodes: list[EpisodeSpec], t: int, chunk: int) -> int:
@@ -231,8 +42,6 @@ class ModelAgent:
     whose key/value caches persist across the week (:class:`rhythm.model.lockstep.LockstepChat`)."""
 
     def __init__(self, path: str, options: ModelOptions | None = None) -> None:
-        from rhythm.eval.evaluate import ModelOptions
-
         self.options = options or ModelOptions()
         if self.options.batch_size < 1:
             raise RhythmError(f"model.batch_size must be >= 1, got {self.options.batch_size}")
@@ -245,8 +54,6 @@ class ModelAgent:
         self.engines: list[Any] = []
 
     def _engine(self) -> Any:
-        from rhythm.model.lockstep import LockstepChat
-
         o = self.options
         return LockstepChat(self.model, self.tokenizer, stop_ids=self.stop_ids, max_new_tokens=o.max_new_tokens,
                             do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p)

@@ -2,7 +2,7 @@
 
 ``random``, ``heuristic`` (baselines), ``bayes``, ``oracle``, ``planner`` (built-in teachers),
 ``model:PATH`` (a causal LM, optionally a LoRA adapter), ``openai:MODEL`` and ``azure:DEPLOYMENT``
-(chat endpoints). Factories import their heavy dependencies only when called.
+(chat endpoints). Agents import their heavy dependencies (torch, openai) only when built.
 """
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec
+from rhythm.agents.baselines import HeuristicAgent, RandomAgent
+from rhythm.agents.llm import LLMAgent
+from rhythm.agents.model import ModelAgent
+from rhythm.agents.teachers import BayesAgent, OracleAgent, PlannerAgent
 from rhythm.errors import RhythmError
 
 AgentFactory = Callable[[str, Any], Agent]
@@ -29,57 +33,41 @@ def register(kind: str) -> Callable[[AgentFactory], AgentFactory]:
 
 @register("random")
 def _random(arg: str, options: Any) -> Agent:
-    from rhythm.agents.baselines import RandomAgent
-
     return RandomAgent()
 
 
 @register("heuristic")
 def _heuristic(arg: str, options: Any) -> Agent:
-    from rhythm.agents.baselines import HeuristicAgent
-
     return HeuristicAgent()
 
 
 @register("bayes")
 def _bayes(arg: str, options: Any) -> Agent:
-    from rhythm.teacher.agents import BayesAgent
-
     return BayesAgent(options)
 
 
 @register("oracle")
 def _oracle(arg: str, options: Any) -> Agent:
-    from rhythm.teacher.agents import OracleAgent
-
     return OracleAgent(options)
 
 
 @register("planner")
 def _planner(arg: str, options: Any) -> Agent:
-    from rhythm.teacher.agents import PlannerAgent
-
     return PlannerAgent(options)
 
 
 @register("openai")
 def _openai(arg: str, options: Any) -> Agent:
-    from rhythm.teacher.llm_agent import LLMAgent
-
     return LLMAgent("openai", arg, options)
 
 
 @register("azure")
 def _azure(arg: str, options: Any) -> Agent:
-    from rhythm.teacher.llm_agent import LLMAgent
-
     return LLMAgent("azure", arg, options)
 
 
 @register("model")
 def _model(arg: str, options: Any) -> Agent:
-    from rhythm.eval.model_agent import ModelAgent
-
     return ModelAgent(arg, options)
 
 

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rhythm.agents import check_agent_spec, make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import check_agent_spec, make_agent
+from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_dict, config_hash
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.env.profiles import belief_of, sample_profiles
@@ -29,37 +30,15 @@ from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step
 from rhythm.locking import output_lock
+from rhythm.model.llm_client import LLMConfig
+from rhythm.model.load import ModelOptions
 from rhythm.provenance import versions
 from rhythm.records import EpisodeRecord, JsonlWriter
 from rhythm.seeds import format_seeds, parse_seeds
-from rhythm.teacher.agents import TeacherConfig
-from rhythm.teacher.llm_client import LLMConfig
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
 """Eval sizes: 100 in-dist, 50 ood, 5 per discrete profile."""
 WIN_RATE_BASELINES = ("random", "heuristic")
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """How ``model:PATH`` agents generate (see :mod:`rhythm.eval.model_agent`)."""
-
-    batch_size: int = 64
-    """Episodes per lockstep batch (one key/value cache each, kept for the whole week)."""
-    max_new_tokens: int = 160
-    """Reply budget per step (the protocol lines alone are ~12 tokens of the tiny tokenizer)."""
-    do_sample: bool = False
-    """Greedy by default; set true (with temperature/top_p) to sample."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    device: str = "auto"
-    """auto: cuda if available, else mps, else cpu."""
-    dtype: str = "auto"
-    """auto: bfloat16 on GPU, float32 on CPU."""
-    base_model: str | None = None
-    """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
-    seed: int = 0
-    """Sampling seed (only used with do_sample); each step's generate is seeded from it and the episodes."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,10 @@ import numpy as np
 import orjson
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
+from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.errors import RhythmError
+from rhythm.grader import PRIOR_MEAN, belief_mae_by_step
+from rhythm.records import iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
     "random": {"in-dist": 0.402, "ood": 0.397, "discrete": 0.426},
@@ -295,9 +298,6 @@ def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[
     """Per condition: ``(errors, prior_errors)`` from ``(where, record)`` pairs; errors is (episodes,
     EPISODE_STEPS) with NaN where the step stated no belief; prior_errors is (episodes,), the constant
     prior guess's MAE against the same people."""
-    from rhythm.env.profiles import belief_of, sample_profiles
-    from rhythm.grader import PRIOR_MEAN, belief_mae_by_step
-
     out: dict[str, tuple[list[np.ndarray], list[float]]] = {}
     for where, rec in records:
         cond = rec["condition"]
@@ -324,8 +324,6 @@ def _curve(agent: str, condition: str, errors: np.ndarray, priors: np.ndarray) -
 
 def read_episode_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """``("path:line", record)`` for every episode of a JSONL (a bad line is a one-line error)."""
-    from rhythm.records import read_episodes
-
     return list(read_episodes(path))
 
 
@@ -424,8 +422,6 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
 
     Entries without ``stage`` count as GRPO when they log a reward and as SFT otherwise.
     """
-    from rhythm.records import iter_jsonl
-
     file = log_file(path)
     if not file.is_file():
         raise RhythmError(f"training log not found: {file} (expected {LOG_FILE} from rhythm sft / rhythm grpo)")

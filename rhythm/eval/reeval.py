@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
 from rhythm.episodes import play

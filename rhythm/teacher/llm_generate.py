@@ -43,12 +43,7 @@ from rhythm.config import config_hash
 from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.env.rhythm_env import RhythmEnv
 from rhythm.grader import score_episode
-from rhythm.protocol import conversation
-from rhythm.provenance import now_iso
-from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
-from rhythm.teacher.generate import GenerateConfig, GenerateSummary, open_output
-from rhythm.teacher.llm_client import (
-    PROVIDERS,
+from rhythm.model.llm_client import (
     BudgetReached,
     ChatClient,
     CostMeter,
@@ -59,8 +54,10 @@ from rhythm.teacher.llm_client import (
     redact_url,
     resolve_target,
 )
-
-API_TEACHERS = PROVIDERS
+from rhythm.protocol import conversation
+from rhythm.provenance import now_iso
+from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, open_output
 
 
 @dataclass

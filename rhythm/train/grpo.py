@@ -440,7 +440,7 @@ class PolicyAgent:
     def act(self, obs: Any) -> list[Any]:
         import torch
 
-        from rhythm.eval.model_agent import decision_of
+        from rhythm.agents.model import decision_of
 
         generator = torch.Generator(device="cpu").manual_seed(self.seed * 1000 + obs.t)
         turns = self.engine.step([obs.conversation(i) for i in range(len(obs.prompts))], generator=generator)
@@ -527,7 +527,7 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rhythm.eval.model_agent import adapter_config, resolve_base
+    from rhythm.model.load import adapter_config, resolve_base
 
     source: dict[str, Any] = {"adapter": cfg.adapter}
     if cfg.adapter:
@@ -713,7 +713,7 @@ def _trim_logs(out: Path, resume: str | None) -> None:
 
 def _student_rollouts(cfg: GRPORunConfig, out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The starting student plays ``rollout_seeds`` (greedy, as eval plays); records kept in output_dir."""
-    from rhythm.eval.evaluate import ModelOptions
+    from rhythm.model.load import ModelOptions
     from rhythm.records import JsonlWriter
     from rhythm.train.grpo_data import student_rollouts
 

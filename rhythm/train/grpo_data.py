@@ -39,7 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from rhythm.agents.model import ModelAgent
+from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, CONDITIONS, EPISODE_STEPS, SPLITS
+from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
@@ -113,8 +116,6 @@ def episode_actions(record: dict[str, Any], where: str) -> list[str]:
 
 def replay_meters(condition: str, split: str, seed: int, actions: Sequence[str]) -> np.ndarray:
     """Meters after each action ``(len(actions), 5)``, replayed in the batched env."""
-    from rhythm.env.batched import BatchedRhythmEnv
-
     env = BatchedRhythmEnv(condition, split, 1)
     env.reset(seed=[seed])
     out = np.zeros((len(actions), 5))
@@ -238,9 +239,6 @@ def student_rollouts(model: str, specs: Sequence[Any], model_options: Any = None
     ``model`` is what ``rhythm eval --agent model:PATH`` takes (an adapter dir, a model dir, a Hub id).
     Returns episode records (dicts), ready for :func:`build_prompts` ``extra_records``.
     """
-    from rhythm.episodes import play
-    from rhythm.eval.model_agent import ModelAgent
-
     bad = [s for s in specs if s.split != "train"]
     if bad:
         raise RhythmError("student rollouts play train-split seeds only (eval seeds are for rhythm eval)")

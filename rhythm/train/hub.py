@@ -25,6 +25,8 @@ import orjson
 import yaml
 
 from rhythm.errors import RhythmError
+from rhythm.records import read_episodes
+from rhythm.seeds import format_seeds
 
 REPO_TYPES = ("dataset", "model")
 SKIP_DIRS = ("checkpoint-",)
@@ -67,9 +69,6 @@ def _hub_error(err: Exception, what: str) -> RhythmError:
 
 def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
     """What a dataset card says about episode JSONL files (read and validated line by line)."""
-    from rhythm.records import read_episodes
-    from rhythm.seeds import format_seeds
-
     count: Counter[str] = Counter()
     schema, env_versions, agents, conditions, splits = set(), set(), Counter(), Counter(), Counter()
     seeds: dict[tuple[str, str], list[int]] = {}

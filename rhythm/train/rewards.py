@@ -29,14 +29,15 @@ from typing import Any
 
 import numpy as np
 
+from rhythm.agents.planner import action_values
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.dynamics import make_params
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np
+from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score
 from rhythm.protocol import parse_reply
-from rhythm.teacher.planner import action_values
 
 ROLLOUT_SAMPLES = 16
 ROLLOUT_HORIZON = 8
@@ -142,8 +143,6 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
 
 def get_reward_funcs(names: Sequence[str]) -> list[RewardFunc]:
     """Reward functions by name (unknown names raise with the valid ones)."""
-    from rhythm.errors import RhythmError
-
     unknown = [n for n in names if n not in REWARD_FUNCS]
     if unknown:
         raise RhythmError(f"unknown reward function(s) {', '.join(unknown)}; expected {', '.join(REWARD_FUNCS)}")

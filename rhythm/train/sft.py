@@ -40,7 +40,12 @@ from typing import Any, Literal, Union
 
 import orjson
 
+from rhythm.config import load_config, write_config
 from rhythm.errors import RhythmError
+from rhythm.model.tiny import resolve_model
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.train.data import DataOptions, build_examples, drop_overlong, to_dataset_dict
+from rhythm.train.hub import push_folder
 
 LOG_NAME = "training_log.jsonl"
 CONFIG_NAME = "sft_config.yaml"
@@ -354,7 +359,6 @@ class SFTRun:
 def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None) -> SFTRun:
     """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet)."""
     validate(cfg)
-    from rhythm.train.data import DataOptions, build_examples, drop_overlong, to_dataset_dict
 
     # the data first: a bad record fails in a second, before torch is even imported
     options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures,
@@ -366,8 +370,6 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     import torch
     import transformers
     from trl import SFTTrainer
-
-    from rhythm.train.tiny_model import resolve_model
 
     transformers.logging.set_verbosity_warning()
     if quiet:
@@ -418,9 +420,6 @@ def run_sft(
 
 
 def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], None]) -> dict[str, Any]:
-    from rhythm.config import write_config
-    from rhythm.provenance import command_line, now_iso, versions
-
     trainer, out = run.trainer, Path(cfg.output_dir)
     main = trainer.is_world_process_zero()
     if main:
@@ -458,8 +457,6 @@ def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], 
     if main:
         (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
         if cfg.push_to_hub:
-            from rhythm.train.hub import push_folder
-
             summary["hub_url"] = push_folder(
                 out, cfg.hub_model_id, private=cfg.hub_private,
                 commit_message=f"rhythm sft: {summary['global_step']} steps, eval loss {summary['eval_loss_last']}",
@@ -478,8 +475,6 @@ def main(argv: list[str] | None = None) -> int:
         accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl
     """
     import argparse
-
-    from rhythm.config import load_config
 
     parser = argparse.ArgumentParser(prog="python -m rhythm.train.sft", description=main.__doc__)
     parser.add_argument("--config", "-c", default=None, help="YAML config (fields of SFTRunConfig)")

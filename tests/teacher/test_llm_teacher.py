@@ -22,6 +22,7 @@ from rhythm.config import load_config
 from rhythm.env import RhythmEnv
 from rhythm.episodes import play_batch
 from rhythm.errors import RhythmError
+from rhythm.model.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor, redact_url
 from rhythm.protocol import (
     FALLBACK_ACTION,
     FORMAT_REMINDER,
@@ -31,7 +32,6 @@ from rhythm.protocol import (
     record_conversation,
 )
 from rhythm.teacher.generate import GenerateConfig, generate
-from rhythm.teacher.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor, redact_url
 from rhythm.teacher.llm_generate import errors_path, generate_llm
 from tests.fake_openai import REMINDER_START, Fail, FakeOpenAI, Reply, protocol_reply
 
@@ -477,7 +477,7 @@ def test_eval_openai_agent_sends_each_steps_requests_concurrently(tmp_path: Path
 
 
 def test_eval_openai_agent_history_turns_trims_each_request(openai_key: str) -> None:
-    from rhythm.teacher.llm_agent import LLMAgent
+    from rhythm.agents.llm import LLMAgent
 
     with FakeOpenAI(api_key=KEY) as server:
         agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, history_turns=2))
@@ -490,7 +490,7 @@ def test_eval_openai_agent_history_turns_trims_each_request(openai_key: str) -> 
 
 
 def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> None:
-    from rhythm.teacher.llm_agent import LLMAgent
+    from rhythm.agents.llm import LLMAgent
 
     with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "down")) as server:
         agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, max_retries=0))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.episodes import play
 from rhythm.records import JsonlWriter
 from tests.shared import locked, shared_dir

@@ -247,8 +247,7 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     assert cfg.adapter is None and cfg.use_peft is False and cfg.strip_reasoning is True
     assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == "1.16.0"
     assert provenance["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
-    from rhythm.eval.evaluate import ModelOptions
-    from rhythm.eval.model_agent import load_model
+    from rhythm.model.load import ModelOptions, load_model
 
     _, _, source = load_model(str(out), ModelOptions(device="cpu"))
     assert source.adapter is None and source.path == str(out)

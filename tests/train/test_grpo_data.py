@@ -7,8 +7,8 @@ import numpy as np
 import orjson
 import pytest
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.env.render import METER_HEADER, when

@@ -1,0 +1,221 @@
+"""Load a causal LM for the protocol: ``load_model(path, options)`` is the one loader behind ``model:PATH``
+agents and GRPO's policy.
+
+PATH is a local directory, a Hub id, or ``rhythm-tiny`` (the offline tiny student, :mod:`rhythm.model.tiny`).
+A directory (or Hub repo) holding ``adapter_config.json`` is a PEFT LoRA adapter: it is loaded onto its
+base model (``ModelOptions.base_model``, else the adapter's own ``base_model_name_or_path``) and merged
+for inference. The tokenizer comes from the adapter when it ships one, else from the base. bf16 on a
+CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is picked automatically (cuda > mps > cpu) unless
+``ModelOptions.device`` names one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rhythm.errors import RhythmError
+from rhythm.model.tiny import TINY_NAME, resolve_model, tiny_student_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+ADAPTER_CONFIG = "adapter_config.json"
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+"""End-of-turn markers of common chat templates; any that the tokenizer knows also stops generation."""
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How ``model:PATH`` agents generate (see :mod:`rhythm.agents.model`)."""
+
+    batch_size: int = 64
+    """Episodes per lockstep batch (one key/value cache each, kept for the whole week)."""
+    max_new_tokens: int = 160
+    """Reply budget per step (the protocol lines alone are ~12 tokens of the tiny tokenizer)."""
+    do_sample: bool = False
+    """Greedy by default; set true (with temperature/top_p) to sample."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    device: str = "auto"
+    """auto: cuda if available, else mps, else cpu."""
+    dtype: str = "auto"
+    """auto: bfloat16 on GPU, float32 on CPU."""
+    base_model: str | None = None
+    """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
+    seed: int = 0
+    """Sampling seed (only used with do_sample); each step's generate is seeded from it and the episodes."""
+
+
+@dataclass
+class ModelSource:
+    """Where the weights came from (``agent.source``): what was loaded, from where, on which device."""
+
+    path: str
+    base: str
+    adapter: str | None = None
+    tokenizer: str = ""
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+def pick_device(requested: str = "auto") -> str:
+    """``auto`` -> cuda if available, else mps, else cpu; anything else is checked and returned."""
+    import torch
+
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
+        return "cpu"
+    kind = requested.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RhythmError(f"device {requested!r} requested but CUDA is not available; use --set model.device=cpu")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise RhythmError(f"device {requested!r} requested but MPS is not available; use --set model.device=cpu")
+    if kind not in ("cpu", "cuda", "mps", "xpu"):
+        raise RhythmError(f"unknown device {requested!r}; expected auto, cpu, cuda, cuda:N or mps")
+    return requested
+
+
+def pick_dtype(requested: str, device: str) -> torch.dtype:
+    """``auto`` -> bfloat16 on CUDA (float16 where bf16 is unsupported), float16 on MPS, float32 on CPU."""
+    import torch
+
+    if requested == "auto":
+        kind = device.split(":")[0]
+        if kind == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if kind == "mps":
+            return torch.float16
+        return torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if requested not in names:
+        raise RhythmError(f"unknown dtype {requested!r}; expected auto, float32, bfloat16 or float16")
+    return names[requested]
+
+
+def looks_local(path: str) -> bool:
+    """A path that cannot be a Hub id (``org/name`` or ``name``)."""
+    return path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
+
+
+def adapter_config(path: str) -> dict[str, Any] | None:
+    """The PEFT adapter config of ``path`` (local dir or Hub id), or None if it is a full model."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        cfg = local / ADAPTER_CONFIG
+        return _read_json(cfg) if cfg.is_file() else None
+    from transformers.utils.peft_utils import find_adapter_config_file
+
+    try:
+        found = find_adapter_config_file(path)
+    except Exception:  # noqa: BLE001 - unreachable Hub: treat as a full model; loading it says why
+        return None
+    return _read_json(Path(found)) if found else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise RhythmError(f"{path}: cannot read adapter config ({err})") from None
+    if not isinstance(data, dict):
+        raise RhythmError(f"{path}: adapter config is not a JSON object")
+    return data
+
+
+def resolve_base(name: str) -> str:
+    """A base model name as the user or an adapter wrote it -> something ``from_pretrained`` can load.
+
+    ``rhythm-tiny`` is the cached tiny student; so is a missing path whose folder name is the tiny
+    student's (an adapter trained on another machine or in another cache records that machine's path).
+    """
+    if name == TINY_NAME:
+        return resolve_model(name)
+    local = Path(name).expanduser()
+    if not local.exists() and local.name.startswith(TINY_NAME + "-"):
+        tiny = tiny_student_path()
+        if tiny.name == local.name:
+            return str(tiny)
+    return name
+
+
+def _has_tokenizer(path: str) -> bool:
+    local = Path(path).expanduser()
+    return local.is_dir() and any((local / f).is_file() for f in TOKENIZER_FILES)
+
+
+def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]:
+    """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not path:
+        raise RhythmError("model agent needs a path or Hub id, e.g. model:runs/sft/adapter or model:rhythm-tiny")
+    resolved = resolve_base(path)
+    if looks_local(resolved) and not Path(resolved).expanduser().exists():
+        raise RhythmError(f"model path not found: {path}")
+    device = pick_device(options.device)
+    dtype = pick_dtype(options.dtype, device)
+    adapter = adapter_config(resolved)
+    base = resolved
+    if adapter is not None:
+        named = options.base_model or adapter.get("base_model_name_or_path")
+        if not named:
+            raise RhythmError(f"{path}: adapter names no base model; pass --set model.base_model=NAME")
+        base = resolve_base(named)
+    elif options.base_model:
+        raise RhythmError(f"{path} is not a LoRA adapter (no {ADAPTER_CONFIG}), so model.base_model does not apply")
+    tok_source = resolved if adapter is not None and _has_tokenizer(resolved) else base
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(Path(tok_source).expanduser()) if _has_tokenizer(tok_source) else tok_source)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RhythmError(
+            f"cannot load model {base!r} (from model:{path}): {first} "
+            "(a Hub id needs the network or a copy in the HF cache; a local path must exist)"
+        ) from None
+    if adapter is not None:
+        import warnings
+
+        from peft import PeftModel
+
+        try:
+            with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
+                warnings.simplefilter("ignore", FutureWarning)
+                model = PeftModel.from_pretrained(model, resolved).merge_and_unload()
+        except (OSError, ValueError, RuntimeError, KeyError) as err:
+            raise RhythmError(f"cannot load LoRA adapter {path!r} onto {base!r}: {str(err).splitlines()[0]}") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise RhythmError(f"tokenizer of {tok_source!r} has no chat template; the protocol needs one")
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    model.eval()
+    source = ModelSource(
+        path=path, base=base, adapter=resolved if adapter is not None else None,
+        tokenizer=tok_source, device=device, dtype=str(dtype).removeprefix("torch."),
+    )
+    return model, tokenizer, source
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every id that ends a reply: the generation config's eos, the tokenizer's eos, end-of-turn markers."""
+    ids: list[int] = []
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    for i in configured if isinstance(configured, (list, tuple)) else [configured]:
+        if i is not None:
+            ids.append(int(i))
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    vocab = tokenizer.get_vocab()
+    ids.extend(int(vocab[t]) for t in END_OF_TURN_TOKENS if t in vocab)
+    return sorted(set(ids))
