@@ -68,17 +68,6 @@ class QuickstartConfig:
     seeds from 100000 on, which no teacher data of the quickstart uses."""
 
 
-def find_config(path: str) -> Path:
-    """A shipped config, relative to the working directory or to the repository root."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    repo = Path(__file__).resolve().parents[1] / path
-    if repo.is_file():
-        return repo
-    raise RhythmError(f"config {path} not found (run from the rhythm checkout, or pass its path)")
-
-
 def file_digest(path: str | Path) -> str:
     """sha256 of a file, or of every file under a directory (names and contents, sorted)."""
     p = Path(path)
@@ -233,7 +222,7 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
     # 3. SFT
     sft_dir = out / "sft"
     sft_over: dict[str, Any] = {**cfg.sft, "data": str(data), "output_dir": str(sft_dir)}
-    sft_cfg = load_config(SFTRunConfig, find_config(cfg.sft_config), sft_over)
+    sft_cfg = load_config(SFTRunConfig, cfg.sft_config, sft_over)
 
     def do_sft() -> dict[str, Any]:
         if sft_dir.exists():
@@ -249,7 +238,7 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
     grpo_dir = out / "grpo"
     start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": NULL, "model_name_or_path": str(sft_dir), "use_peft": False}
     grpo_over: dict[str, Any] = {**cfg.grpo, **start, "data": str(data), "output_dir": str(grpo_dir)}
-    grpo_cfg = load_config(GRPORunConfig, find_config(cfg.grpo_config), grpo_over)
+    grpo_cfg = load_config(GRPORunConfig, cfg.grpo_config, grpo_over)
 
     def do_grpo() -> dict[str, Any]:
         if grpo_dir.exists():

@@ -22,7 +22,7 @@ from rhythm.train.sft import read_training_log
 from .helpers import shared_sft_run, write_episodes
 
 REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = str(REPO / "configs" / "grpo-tiny.yaml")
+TINY_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, messa
 
 
 def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
-    args = ["grpo", "--config", str(REPO / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
+    args = ["grpo", "--config", str(REPO / "rhythm" / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
             "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "data_repo=tester/rhythm-teacher"]
     code, out, err = run_cli(*args, "--dry-run")
     assert code == 0, err
@@ -121,7 +121,7 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     # the committed files: a job script that runs the grpo stage, and a config the stage itself accepts
     from rhythm.train.jobs import plan_job
 
-    cfg = load_config(GRPORunConfig, REPO / "configs" / "grpo.yaml", {"adapter": "tester/rhythm-sft", "data": str(teacher)})
+    cfg = load_config(GRPORunConfig, REPO / "rhythm" / "configs" / "grpo.yaml", {"adapter": "tester/rhythm-sft", "data": str(teacher)})
     plan = plan_job("grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
                     flavor="a10g-large", timeout=cfg.timeout)
     assert 'STAGE = "grpo"' in plan.files["rhythm_job/run.py"].decode()
@@ -148,7 +148,7 @@ def test_shipped_configs_make_valid_trl_configs(name, tmp_path, teacher):
     from rhythm.train.grpo import episode_batch, grpo_config, resolve_precision, validate
 
     (tmp_path / "adapter").mkdir()
-    cfg = load_config(GRPORunConfig, REPO / "configs" / name, {"adapter": str(tmp_path / "adapter"), "data": str(teacher)})
+    cfg = load_config(GRPORunConfig, REPO / "rhythm" / "configs" / name, {"adapter": str(tmp_path / "adapter"), "data": str(teacher)})
     validate(cfg)
     args = grpo_config(cfg, resolve_precision(cfg, cuda=False))
     assert args.bf16 is False and args.gradient_checkpointing is False and args.num_generations == cfg.num_generations

@@ -1,0 +1,56 @@
+"""A non-editable install runs the recipe from any directory: the wheel ships the configs as package data.
+
+The wheel is built from a copy of the package (nothing else of the checkout) and unpacked onto
+``PYTHONPATH`` ahead of the development install; a short quickstart then runs from an empty folder,
+reading ``configs/sft-tiny.yaml`` and ``configs/grpo-tiny-episode.yaml`` from the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_quickstart import MINI
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _build_wheel(tmp: Path) -> Path:
+    src = tmp / "src"
+    shutil.copytree(ROOT / "rhythm", src / "rhythm", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(tmp / "dist"), str(src)],
+                   check=True, capture_output=True)
+    (wheel,) = (tmp / "dist").glob("rhythm-*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_a_wheel_runs_the_quickstart_from_another_directory(tmp_path: Path, tiny_student: Path) -> None:
+    wheel = _build_wheel(tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rhythm/configs/sft-tiny.yaml" in names and "rhythm/configs/grpo-tiny-episode.yaml" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mini.yaml").write_text(yaml.safe_dump(MINI))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    run = [sys.executable, "-c", "import sys; from rhythm.cli.main import main; sys.exit(main())"]
+    where = subprocess.run([sys.executable, "-c", "import rhythm; print(rhythm.__file__)"], cwd=elsewhere, env=env,
+                           check=True, capture_output=True, text=True).stdout
+    assert Path(where.strip()).is_relative_to(site)
+    done = subprocess.run([*run, "quickstart", "--config", "mini.yaml", "--out", "qs", "--quiet"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "student SFT+GRPO" in (elsewhere / "qs" / "summary.md").read_text()
