@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.registry import check_agent_spec, make_agent
@@ -27,6 +26,7 @@ from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, 
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
+from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step
 from rhythm.locking import output_lock
@@ -106,11 +106,6 @@ def agent_options(cfg: EvalConfig, spec: str) -> Any:
     return cfg.model if kind == "model" else cfg.teacher
 
 
-def episodes_path(output: str | Path) -> Path:
-    out = Path(output)
-    return out.with_name(out.stem + ".episodes.jsonl")
-
-
 def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
     return np.array([np.nan if r.score[key] is None else r.score[key] for r in records], dtype=np.float64)
 
@@ -184,8 +179,8 @@ def evaluate(
     *,
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     on_records: Callable[[str, str, list[EpisodeRecord]], None] | None = None,
-) -> dict[str, Any]:
-    """Play the agent and its references on every requested condition; returns the results dict.
+) -> EvalResults:
+    """Play the agent and its references on every requested condition; returns the results.
 
     ``progress_factory(label, total_steps)`` gives a progress callback per (agent, condition);
     ``on_records(agent, condition, records)`` sees every batch of records as it is produced.
@@ -218,15 +213,7 @@ def evaluate(
                 on_records(name, condition, played[name])
         refs = {r: played[r] for r in cfg.references}
         results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs)
-    return results
-
-
-def write_results(results: dict[str, Any], output: str | Path) -> Path:
-    """Write the results JSON (sorted keys, indented): byte-identical for identical results."""
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-    return path
+    return EvalResults.model_validate(results)
 
 
 def run_eval(
@@ -235,7 +222,7 @@ def run_eval(
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     wait_lock: bool = False,
     say: Callable[[str], None] | None = None,
-) -> tuple[dict[str, Any], Path, Path]:
+) -> tuple[EvalResults, Path, Path]:
     """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
 
     Both files are written under the episodes file's lock (:mod:`rhythm.locking`): a second eval on
@@ -253,4 +240,4 @@ def run_eval(
                         writer.write(r)
 
             results = evaluate(cfg, progress_factory=progress_factory, on_records=keep)
-        return results, write_results(results, cfg.output), ep_path
+        return results, results.save(cfg.output), ep_path

@@ -515,7 +515,7 @@ def test_redaction_of_keys_tokens_and_urls() -> None:
 
 
 def test_config_file_documents_every_field_and_loads_to_the_defaults() -> None:
-    path = REPO / "configs" / "generate.yaml"
+    path = REPO / "rhythm" / "configs" / "generate.yaml"
     assert load_config(GenerateConfig, path) == GenerateConfig()
     data = yaml.safe_load(path.read_text())
 

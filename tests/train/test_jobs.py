@@ -15,7 +15,7 @@ from ..fakehub import FakeHub
 from .helpers import write_episodes
 from .test_hub import REPO, rhythm
 
-JOB = ["sft", "--config", str(REPO / "configs" / "sft.yaml"), "--flavor", "a10g-large",
+JOB = ["sft", "--config", str(REPO / "rhythm" / "configs" / "sft.yaml"), "--flavor", "a10g-large",
        "--set", "hub_model_id=tester/rhythm-sft", "--set", "data_repo=tester/rhythm-teacher"]
 
 
