@@ -15,9 +15,9 @@ from rhythm.config import NULL, load_config
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.grader import score_episode
+from rhythm.train.common import read_training_log
 from rhythm.train.grpo import GRPORunConfig, assign_weeks
-from rhythm.train.rewards import action_value_reward, belief_reward, format_reward
-from rhythm.train.sft import read_training_log
+from rhythm.train.grpo.rewards import action_value_reward, belief_reward, format_reward
 
 from .helpers import shared_sft_run, write_episodes
 
@@ -125,7 +125,7 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     plan = plan_job("grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
                     flavor="a10g-large", timeout=cfg.timeout)
     assert 'STAGE = "grpo"' in plan.files["rhythm_job/run.py"].decode()
-    assert "rhythm_job/src/rhythm/train/grpo.py" in plan.files and "rhythm_job/src/rhythm/train/rewards.py" in plan.files
+    assert "rhythm_job/src/rhythm/train/grpo/__main__.py" in plan.files and "rhythm_job/src/rhythm/train/grpo/rewards.py" in plan.files
     job_cfg = load_config(GRPORunConfig, None, yaml.safe_load(plan.files["rhythm_job/config.yaml"]))
     assert job_cfg.adapter == "tester/rhythm-sft" and job_cfg.data == "teacher.jsonl" and job_cfg.push_to_hub
     assert job_cfg.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct" and job_cfg.flavor is None
@@ -258,7 +258,7 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
     """Two steps of episode mode through ``python -m rhythm.train.grpo`` (the accelerate / Jobs entry):
     each step the student plays two weeks of one person; every trained turn is rewarded with the final
     score of its week, which the grader reproduces from the actions alone."""
-    from rhythm.train.grpo import main
+    from rhythm.train.grpo.__main__ import main
 
     sft_out = sft_model
     out = tmp_path / "episode"

@@ -15,7 +15,7 @@ from rhythm.env.render import METER_HEADER, when
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
-from rhythm.train.grpo_data import (
+from rhythm.train.grpo.data import (
     PromptOptions,
     build_prompts,
     episode_keys,

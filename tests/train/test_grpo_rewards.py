@@ -11,7 +11,7 @@ from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, EPISODE_STEPS
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
-from rhythm.train.rewards import (
+from rhythm.train.grpo.rewards import (
     ROLLOUT_HORIZON,
     action_value_reward,
     belief_reward,
