@@ -46,7 +46,6 @@ PUBLISHED_STUDENT_BELIEF_MAE: dict[str, float] = {"in-dist": 0.216, "ood": 0.263
 """Published 3B student's belief MAE (at the last step)."""
 
 LOG_FILE = "training_log.jsonl"
-FIGURES = ("final_scores.png", "belief_accuracy.png", "training_loss.png")
 
 _FIXED_COLORS = {
     "random": "#9e9e9e",

@@ -328,7 +328,3 @@ def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, commi
     """Upload a training output folder (no checkpoints) with its model card; returns the repo URL."""
     result = upload([folder], repo_id, repo_type="model", private=private, commit_message=commit_message)
     return result.repo_url
-
-
-def result_json(result: UploadResult) -> bytes:
-    return orjson.dumps(result.__dict__)
