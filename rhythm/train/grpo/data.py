@@ -41,9 +41,8 @@ import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.model import ModelAgent
-from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, CONDITIONS, EPISODE_STEPS, SPLITS
-from rhythm.episodes import play
+from rhythm.episodes import play, replay
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
@@ -119,13 +118,8 @@ def episode_actions(record: dict[str, Any], where: str) -> list[str]:
 
 
 def replay_meters(condition: str, split: str, seed: int, actions: Sequence[str]) -> np.ndarray:
-    """Meters after each action ``(len(actions), 5)``, replayed in the batched env."""
-    env = BatchedRhythmEnv(condition, split, 1)
-    env.reset(seed=[seed])
-    out = np.zeros((len(actions), 5))
-    for i, name in enumerate(actions):
-        out[i] = env.step_raw(np.array([ACTION_INDEX[name]])).meters[0]
-    return out
+    """Meters after each action ``(len(actions), 5)``, replayed in the env (:func:`rhythm.episodes.replay`)."""
+    return replay(condition, split, [seed], np.array([[ACTION_INDEX[name] for name in actions]], dtype=np.int64)).meters[0]
 
 
 def check_replay(record: dict[str, Any], where: str, actions: Sequence[str]) -> None:

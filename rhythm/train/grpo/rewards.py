@@ -34,11 +34,11 @@ import numpy as np
 import orjson
 
 from rhythm.agents.planner import action_values
-from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.dynamics import make_params
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np
+from rhythm.episodes import replay
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score
 from rhythm.protocol import parse_reply
@@ -69,14 +69,11 @@ def state_values(condition: str, split: str, seed: int, t: int, prefix: tuple[st
     """Expected return of each first action from the state after ``prefix`` (cached per state)."""
     if len(prefix) != t:
         raise ValueError(f"prefix has {len(prefix)} actions but t is {t}")
-    env = BatchedRhythmEnv(condition, split, 1)
-    env.reset(seed=[seed])
-    for name in prefix:
-        env.step_raw(np.array([ACTION_INDEX[name]]))
+    meters = replay(condition, split, [seed], np.array([[ACTION_INDEX[name] for name in prefix]], dtype=np.int64)).final_meters
     profile = sample_profiles(condition, split, np.array([seed]))
     params = make_params(np.repeat(profile, ROLLOUT_SAMPLES, axis=0))
     keys = splitmix64_np(keys_for(condition, split, np.array([seed])) ^ _REWARD_SALT)
-    values = action_values(params, env.state.meters, t, keys, ROLLOUT_HORIZON)[0]
+    values = action_values(params, meters, t, keys, ROLLOUT_HORIZON)[0]
     return tuple(float(v) for v in values)
 
 
