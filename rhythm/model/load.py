@@ -12,6 +12,7 @@ CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is picked automatically (cu
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,21 +184,8 @@ def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]
             "(a Hub id needs the network or a copy in the HF cache; a local path must exist)"
         ) from None
     if adapter is not None:
-        import warnings
-
-        from peft import PeftModel
-
-        try:
-            with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
-                warnings.simplefilter("ignore", FutureWarning)
-                model = PeftModel.from_pretrained(model, resolved).merge_and_unload()
-        except (OSError, ValueError, RuntimeError, KeyError) as err:
-            raise RhythmError(f"cannot load LoRA adapter {path!r} onto {base!r}: {str(err).splitlines()[0]}") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise RhythmError(f"tokenizer of {tok_source!r} has no chat template; the protocol needs one")
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        model = load_adapter(model, resolved, name=path, base=base, trainable=False)
+    finish_tokenizer(tokenizer, tok_source)
     model.to(device)
     model.eval()
     source = ModelSource(
@@ -205,6 +193,31 @@ def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]
         tokenizer=tok_source, device=device, dtype=str(dtype).removeprefix("torch."),
     )
     return model, tokenizer, source
+
+
+def load_adapter(model: Any, adapter: str, *, name: str, base: str, trainable: bool) -> Any:
+    """A PEFT LoRA adapter onto its loaded base: trainable (GRPO), or merged into it for inference."""
+    from peft import PeftModel
+
+    try:
+        with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
+            warnings.simplefilter("ignore", FutureWarning)
+            if trainable:
+                return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+            return PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as err:
+        raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r}: {str(err).splitlines()[0]}") from None
+
+
+def finish_tokenizer(tokenizer: Any, source: str) -> Any:
+    """What the protocol needs of a tokenizer: a chat template, left padding (batched generation and
+    GRPOTrainer) and a pad token (the eos token when it has none)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise RhythmError(f"tokenizer of {source!r} has no chat template; the protocol needs one")
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:

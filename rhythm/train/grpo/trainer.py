@@ -39,7 +39,6 @@ import contextlib
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ import orjson
 
 from rhythm.config import write_config
 from rhythm.errors import RhythmError
-from rhythm.model.load import ModelOptions, adapter_config, resolve_base
+from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter, resolve_base
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
@@ -108,19 +107,8 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
         raise RhythmError(f"cannot load model {base!r}: {str(err).strip().splitlines()[0]}") from None
     source["tokenizer"] = str(tok_source)
     if cfg.adapter:
-        from peft import PeftModel
-
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                model = PeftModel.from_pretrained(model, cfg.adapter, is_trainable=True)
-        except (OSError, ValueError, RuntimeError, KeyError) as err:
-            raise RhythmError(f"cannot load LoRA adapter {cfg.adapter!r} onto {base!r}: {str(err).splitlines()[0]}") from None
-    tokenizer.padding_side = "left"  # GRPOTrainer requires it
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if not getattr(tokenizer, "chat_template", None):
-        raise RhythmError(f"tokenizer of {tok_source!r} has no chat template; the protocol needs one")
+        model = load_adapter(model, cfg.adapter, name=cfg.adapter, base=base, trainable=True)
+    finish_tokenizer(tokenizer, tok_source)  # left padding: GRPOTrainer requires it
     return model, tokenizer, source
 
 
