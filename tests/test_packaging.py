@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_quickstart import MINI
+from tests.shared import QUICKSTART_MINI as MINI
 
 ROOT = Path(__file__).resolve().parents[1]
 

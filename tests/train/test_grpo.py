@@ -4,7 +4,7 @@ every group scored in one state; episode: whole weeks played and graded as eval 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
+from importlib import metadata
 
 import numpy as np
 import orjson
@@ -19,41 +19,7 @@ from rhythm.train.common import read_training_log
 from rhythm.train.grpo import GRPORunConfig, assign_weeks
 from rhythm.train.grpo.rewards import action_value_reward, belief_reward, format_reward
 
-from .helpers import shared_sft_run, write_episodes
-
-REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny.yaml")
-
-
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory):
-    path = tmp_path_factory.mktemp("grpo") / "teacher.jsonl"
-    write_episodes(path, range(3))
-    return path
-
-
-SFT_TINY = dict(
-    model_name_or_path="rhythm-tiny", strip_reasoning=True, max_length=1536, lr_scheduler_type="constant",
-    warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, lora_dropout=0.0, val_fraction=0.0,
-    eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False, gradient_checkpointing=False,
-)
-
-
-@pytest.fixture(scope="session")
-def sft_model(tmp_path_factory, tiny_student) -> Path:
-    """The tiny student SFT-trained as configs/sft-tiny.yaml trains it (every weight, whole weeks of
-    BELIEF/ACTION lines), 30 steps on 3 episodes: most sampled replies parse (measured ~80%), so GRPO
-    groups have rewards that differ. Built once per session, shared by every worker; read-only."""
-    return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft-full", 3, **SFT_TINY, use_peft=False, max_steps=30,
-                          learning_rate=3e-3)
-
-
-@pytest.fixture(scope="session")
-def sft_adapter(tmp_path_factory, tiny_student) -> Path:
-    """A tiny SFT LoRA adapter (the 3B recipe's path), a few steps: for GRPO's adapter plumbing
-    (resume, Hub jobs), not for learning. Built once per session, shared by every worker; read-only."""
-    return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft", 3, **SFT_TINY, max_steps=2, learning_rate=3e-3)
-
+from .helpers import REPO, TINY_CONFIG
 
 FROM_MODEL = ["--set", "adapter=null", "--set", "use_peft=false"]
 """GRPO from a fully trained model (the tiny student's default), given with --model."""
@@ -245,7 +211,7 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     cfg = load_config(GRPORunConfig, out / "grpo_config.yaml")
     assert cfg.beta == 0.04 and cfg.max_steps == 3 and cfg.model_name_or_path == str(sft_out) and str(cfg.rollout_seeds) == "0"
     assert cfg.adapter is None and cfg.use_peft is False and cfg.strip_reasoning is True
-    assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == "1.16.0"
+    assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == metadata.version("trl")
     assert provenance["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
     from rhythm.model.load import ModelOptions, load_model
 
