@@ -19,10 +19,10 @@ from _common import pin_one_core, report  # noqa: E402
 
 
 def one_core_rates() -> dict:
-    from rhythm.agents import make_agent
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.posterior import PosteriorConfig
+    from rhythm.agents.registry import make_agent
     from rhythm.episodes import play
-    from rhythm.teacher.posterior import PosteriorConfig
 
     def rate(n: int, chunk: int) -> float:
         specs = [EpisodeSpec("in-dist", "train", 50_000 + s) for s in range(n)]

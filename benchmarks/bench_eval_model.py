@@ -84,9 +84,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.model import ModelAgent
     from rhythm.episodes import play
-    from rhythm.eval.evaluate import ModelOptions
-    from rhythm.eval.model_agent import ModelAgent
+    from rhythm.model.load import ModelOptions
 
     options = ModelOptions(device="cpu", max_new_tokens=args.max_new_tokens, batch_size=args.episodes)
     agent = ModelAgent(args.model, options)

@@ -24,12 +24,12 @@ from _common import report  # noqa: E402
 
 def transitions(condition: str, seeds: list[int]) -> tuple[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
     """Replay the bayes teacher's weeks: per step ``(t, before, action, after)``, the episode keys and the truths."""
-    from rhythm.agents import make_agent
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.registry import make_agent
+    from rhythm.agents.teachers import spec_keys
     from rhythm.env.batched import BatchedRhythmEnv
     from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
     from rhythm.episodes import play
-    from rhythm.teacher.agents import spec_keys
 
     specs = [EpisodeSpec(condition, "eval", s) for s in seeds]
     records = play(make_agent("bayes"), specs)
@@ -46,7 +46,7 @@ def transitions(condition: str, seeds: list[int]) -> tuple[list[tuple[int, np.nd
 
 def window_mae(steps: list, keys: np.ndarray, truth: np.ndarray, window: int | None) -> np.ndarray:
     """Per-episode belief MAE of a fresh posterior fed only the last ``window`` transitions (None: all)."""
-    from rhythm.teacher.posterior import ParticlePosterior
+    from rhythm.agents.posterior import ParticlePosterior
 
     post = ParticlePosterior(keys)
     first = 0 if window is None else max(0, len(steps) - window)

@@ -30,8 +30,8 @@ def main() -> None:
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
     os.environ["OPENAI_API_KEY"] = "bench-key"
 
+    from rhythm.model.llm_client import LLMConfig
     from rhythm.teacher.generate import GenerateConfig
-    from rhythm.teacher.llm_client import LLMConfig
     from rhythm.teacher.llm_generate import generate_llm
     from tests.fake_openai import FakeOpenAI
 

@@ -30,8 +30,8 @@ def _rss_mb() -> float:
 
 
 def teacher_data(path: Path, episodes: int) -> Path:
-    from rhythm.agents import make_agent
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.registry import make_agent
     from rhythm.episodes import play
     from rhythm.records import JsonlWriter
 
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
+    from rhythm.model.tiny import tiny_student_path
     from rhythm.train.sft import SFTRunConfig
-    from rhythm.train.tiny_model import tiny_student_path
 
     transformers.logging.set_verbosity_error()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sft-"))

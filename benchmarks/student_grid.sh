@@ -24,7 +24,7 @@ model() {  # tiny students outside the named ones: base = 4 layers without numer
   python - "$WORK/m" <<'PY'
 import sys
 from pathlib import Path
-from rhythm.train.tiny_model import TinySpec, build_tiny_student
+from rhythm.model.tiny import TinySpec, build_tiny_student
 specs = {"base": TinySpec(num_hidden_layers=4, numeric_init=False), "h64": TinySpec(num_hidden_layers=4, hidden_size=64, intermediate_size=256)}
 for name, spec in specs.items():
     if not (Path(sys.argv[1]) / name / "rhythm_tiny.json").exists():

@@ -5,6 +5,11 @@ values to the field's type (so ``lr=3e-4`` from the CLI becomes a float) and fai
 of the wrong type. Nested dataclass fields take nested YAML mappings or dotted keys
 (``planner.horizon=6``). The resolved config goes into every output it produced
 (:func:`config_dict`, :func:`config_hash`).
+
+The recipe's configs ship inside the package (``rhythm/configs/*.yaml``, read with
+:mod:`importlib.resources`): wherever a config path is accepted, a path that does not exist but names
+a shipped config (``sft-tiny``, ``sft-tiny.yaml`` or ``configs/sft-tiny.yaml``) means that one, so
+``rhythm sft --config configs/sft-tiny.yaml`` works from any directory and from a non-editable install.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import difflib
 import hashlib
 import typing
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,10 +96,26 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def shipped_configs() -> list[str]:
+    """Names of the configs shipped with the package (``rhythm/configs/*.yaml``)."""
+    return sorted(f.name for f in resources.files("rhythm").joinpath("configs").iterdir() if f.name.endswith(".yaml"))
+
+
+def find_config(path: str | Path) -> Path:
+    """``path`` when it is a file; else the shipped config it names (see the module docstring)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    name = p.name if p.suffix in (".yaml", ".yml") else p.name + ".yaml"
+    if p.parent in (Path("."), Path("configs")):
+        shipped = resources.files("rhythm").joinpath("configs", name)
+        if shipped.is_file():
+            return Path(str(shipped))
+    raise RhythmError(f"config file not found: {path} (shipped configs: {', '.join(shipped_configs())})")
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise RhythmError(f"config file not found: {path}")
+    path = find_config(path)
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:

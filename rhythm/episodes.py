@@ -1,10 +1,12 @@
-"""Play agents in the env and record what happened: the runner behind ``generate``, ``eval`` and the
-quickstart.
+"""Play agents in the env and record what happened: the runner behind ``generate``, ``eval``, GRPO's
+episode mode and the quickstart, and the one replay of stored actions.
 
 Episodes of one (condition, split) advance in lockstep in a :class:`BatchedRhythmEnv`; the agent sees
-every live episode's observation (numbers and text) and answers each with a :class:`Decision`. Each
-finished episode becomes an :class:`EpisodeRecord` with its steps and its grades from
-:mod:`rhythm.grader`.
+every live episode's observation (numbers and text) and answers each with a :class:`Decision`. Every
+step becomes a :class:`StepRecord` through :func:`make_step`, and every finished episode, whoever
+played it (chat-model teachers too), becomes an :class:`EpisodeRecord` with its grades from
+:mod:`rhythm.grader` through :func:`finish_episode`. :func:`replay` plays stored actions again (reeval,
+GRPO's prompts and rewards).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +29,93 @@ from rhythm.records import EpisodeRecord, StepRecord
 
 ProgressFn = Callable[[int], None]
 """Called with the number of episode-steps just completed."""
+
+
+S = TypeVar("S", bound=StepRecord)
+
+
+def make_step(t: int, observation: str, response: str, belief: Sequence[float] | None, action: str, parse_ok: bool,
+              reward: float, meters: Sequence[float], cls: type[S] = StepRecord, **extra: Any) -> S:
+    """One played step as its record (belief rounded to 4 decimals, numbers as plain floats)."""
+    return cls(
+        t=t,
+        day=t // N_SLOTS,
+        slot=t % N_SLOTS,
+        observation=observation,
+        response=response,
+        belief=None if belief is None else [round(float(x), 4) for x in belief],
+        action=action,
+        parse_ok=bool(parse_ok),
+        reward=float(reward),
+        meters=[float(x) for x in meters],
+        **extra,
+    )
+
+
+def finish_episode(
+    *,
+    condition: str,
+    split: str,
+    seed: int,
+    agent: str,
+    model: str | None,
+    config_hash: str,
+    created_at: str,
+    steps: list[StepRecord],
+    episode_return: float,
+    crashes: int,
+    belief: Sequence[float] | None,
+    truth: np.ndarray,
+    usage: dict[str, Any],
+) -> EpisodeRecord:
+    """Grade a played week and make its record: the one place this happens. ``belief`` is the one the
+    agent stated at its last step, as it stated it (the record keeps it rounded)."""
+    score = score_episode(float(episode_return), int(crashes), belief, truth, condition).to_dict()
+    score["parse_failures"] = sum(not s.parse_ok for s in steps)
+    return EpisodeRecord(
+        env_version=ENV_VERSION,
+        condition=condition,
+        split=split,
+        seed=seed,
+        agent=agent,
+        model=model,
+        config_hash=config_hash,
+        created_at=created_at,
+        steps=steps,
+        score=score,
+        usage=usage,
+    )
+
+
+@dataclass
+class Replay:
+    """Stored actions played again: what the env did at every step."""
+
+    meters: np.ndarray  # (E, T, 5) meters after each step
+    rewards: np.ndarray  # (E, T)
+    returns: np.ndarray  # (E,)
+    crashes: np.ndarray  # (E,) int
+    final_meters: np.ndarray  # (E, 5) the state after the last action (the start state when there is none)
+    belief_targets: np.ndarray  # (E, 3)
+
+
+def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray) -> Replay:
+    """Play ``actions`` ``(E, T)`` (action indices) again from the start of each seed's week, in lockstep."""
+    actions = np.asarray(actions, dtype=np.int64).reshape(len(seeds), -1)
+    n, steps = actions.shape
+    env = BatchedRhythmEnv(condition, split, n)
+    env.reset(seed=[int(s) for s in seeds])
+    meters = np.zeros((n, steps, 5))
+    rewards = np.zeros((n, steps))
+    returns = np.zeros(n)
+    crashes = np.zeros(n, dtype=np.int64)
+    for t in range(steps):
+        res = env.step_raw(actions[:, t])
+        meters[:, t] = res.meters
+        rewards[:, t] = res.reward
+        returns += res.reward
+        crashes += res.crashes
+    return Replay(meters, rewards, returns, crashes, env.state.meters, env.belief_targets)
 
 
 def _sum_usage(decisions: Sequence[Decision]) -> dict[str, float]:
@@ -73,21 +164,8 @@ def play_batch(
         for i, d in enumerate(decisions):
             decisions_by_episode[i].append(d)
             history[i].append((prompts[i], d.text))
-            steps[i].append(
-                StepRecord(
-                    t=t,
-                    day=t // N_SLOTS,
-                    slot=t % N_SLOTS,
-                    observation=prompts[i],
-                    response=d.text,
-                    belief=None if d.belief is None else [round(float(x), 4) for x in d.belief],
-                    action=ACTIONS[d.action],
-                    parse_ok=bool(d.parse_ok),
-                    reward=float(res.reward[i]),
-                    meters=[float(x) for x in res.meters[i]],
-                    explored=d.explored,
-                )
-            )
+            steps[i].append(make_step(t, prompts[i], d.text, d.belief, ACTIONS[d.action], d.parse_ok, res.reward[i],
+                                      res.meters[i], explored=d.explored))
         if progress is not None:
             progress(n)
     seconds = (time.perf_counter() - started) / max(n, 1)
@@ -95,27 +173,13 @@ def play_batch(
     records = []
     created = now_iso()
     for i, seed in enumerate(seeds):
-        last_belief = decisions_by_episode[i][-1].belief
-        score = score_episode(float(returns[i]), int(crashes[i]), last_belief, truths[i], condition)
         usage = _sum_usage(decisions_by_episode[i])
         usage["seconds"] = round(seconds + usage.get("seconds", 0.0), 4)
-        score_d = score.to_dict()
-        score_d["parse_failures"] = sum(not d.parse_ok for d in decisions_by_episode[i])
-        records.append(
-            EpisodeRecord(
-                env_version=ENV_VERSION,
-                condition=condition,
-                split=split,
-                seed=seed,
-                agent=agent.name,
-                model=model,
-                config_hash=config_hash,
-                created_at=created,
-                steps=steps[i],
-                score=score_d,
-                usage=usage,
-            )
-        )
+        records.append(finish_episode(
+            condition=condition, split=split, seed=seed, agent=agent.name, model=model, config_hash=config_hash,
+            created_at=created, steps=steps[i], episode_return=float(returns[i]), crashes=int(crashes[i]),
+            belief=decisions_by_episode[i][-1].belief, truth=truths[i], usage=usage,
+        ))
     return records
 
 

@@ -31,7 +31,17 @@ import orjson
 
 from rhythm.config import NULL, config_dict, load_config, write_config
 from rhythm.errors import RhythmError
+from rhythm.eval.evaluate import EvalConfig, run_eval
+from rhythm.eval.plots import PlotConfig, make_plots
+from rhythm.eval.reeval import ReevalConfig, reeval
+from rhythm.eval.results import EvalResults
+from rhythm.eval.stats import mean_ci
+from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, versions
+from rhythm.records import read_episodes
+from rhythm.teacher.generate import GenerateConfig, generate
+from rhythm.train.grpo import GRPORunConfig, run_grpo
+from rhythm.train.sft import SFTRunConfig, run_sft
 
 STAMP = ".rhythm_stage.json"
 TUNING_SEED_OFFSET = 100_000
@@ -44,8 +54,8 @@ class QuickstartConfig:
 
     out: str = "runs/quickstart"
     """Run directory: data, adapters, eval results, plots, resolved configs, summary."""
-    seeds: str = "0-2399"
-    """Train-split seeds the bayes teacher plays (in-dist): 2,400 weeks, one epoch of the tiny SFT."""
+    seeds: str = "0-4799"
+    """Train-split seeds the bayes teacher plays (in-dist): 4,800 weeks."""
     concurrency: int = 2
     """Worker processes for the teacher."""
     openings_config: str | None = "configs/sft-tiny-openings.yaml"
@@ -74,17 +84,6 @@ class QuickstartConfig:
     eval_split: str = "eval"
     """eval: the final table (seeds 0..N-1 of the eval split); train: for choosing settings, train-split
     seeds from 100000 on, which no teacher data of the quickstart uses."""
-
-
-def find_config(path: str) -> Path:
-    """A shipped config, relative to the working directory or to the repository root."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    repo = Path(__file__).resolve().parents[1] / path
-    if repo.is_file():
-        return repo
-    raise RhythmError(f"config {path} not found (run from the rhythm checkout, or pass its path)")
 
 
 def file_digest(path: str | Path) -> str:
@@ -142,20 +141,20 @@ def run_stage(
     return StageResult(name, False, seconds, {k: str(v) for k, v in outputs.items()}, info)
 
 
-def _eval_row(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _eval_row(results: EvalResults) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
-    for cond, r in results["conditions"].items():
+    for cond, r in results.conditions.items():
         rows[cond] = {
-            "final_score": r["final_score"]["mean"],
-            "ci95": r["final_score"]["ci95"],
-            "final_score_v2": r["final_score_v2"]["mean"],
-            "behaviour_score": r["behaviour_score"]["mean"],
-            "belief_mae": r["belief_mae"]["mean"],
-            "belief_mae_prior": r["belief_mae_prior"],
-            "parse_failure_rate": r["parse_failure_rate"],
-            "win_rate_vs_heuristic": r["win_rate_vs"].get("heuristic"),
-            "normalized_score": r.get("normalized_score"),
-            "references": r["references"],
+            "final_score": r.final_score.mean,
+            "ci95": r.final_score.ci95,
+            "final_score_v2": r.final_score_v2.mean,
+            "behaviour_score": r.behaviour_score.mean,
+            "belief_mae": r.belief_mae.mean,
+            "belief_mae_prior": r.belief_mae_prior,
+            "parse_failure_rate": r.parse_failure_rate,
+            "win_rate_vs_heuristic": r.win_rate_vs.get("heuristic"),
+            "normalized_score": r.normalized_score,
+            "references": {name: ref.model_dump(mode="json", exclude_unset=True) for name, ref in r.references.items()},
         }
     return rows
 
@@ -200,13 +199,6 @@ def verdict(students: dict[str, dict[str, Any]]) -> list[str]:
 
 def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, quiet: bool = False) -> dict[str, Any]:
     """Run (or reuse) every stage under ``cfg.out``; returns the summary."""
-    from rhythm.eval.evaluate import EvalConfig, ModelOptions, run_eval
-    from rhythm.eval.plots import PlotConfig, make_plots
-    from rhythm.eval.reeval import ReevalConfig, reeval
-    from rhythm.teacher.generate import GenerateConfig, generate
-    from rhythm.train.grpo import GRPORunConfig, run_grpo
-    from rhythm.train.sft import SFTRunConfig, run_sft
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_config(cfg, out / "quickstart_config.yaml", {"versions": versions(), "created_at": now_iso()})
@@ -254,19 +246,19 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
     sft_inputs = [data]
     if cfg.openings_config is not None:
         openings_dir = out / "sft-openings"
-        openings_cfg = load_config(SFTRunConfig, find_config(cfg.openings_config),
+        openings_cfg = load_config(SFTRunConfig, cfg.openings_config,
                                    {**cfg.openings, "data": str(data), "output_dir": str(openings_dir)})
         sft_stage("sft-openings", openings_dir, openings_cfg, [data])
         sft_over["model_name_or_path"] = str(openings_dir)
         sft_inputs.append(openings_dir)
-    sft_cfg = load_config(SFTRunConfig, find_config(cfg.sft_config), sft_over)
+    sft_cfg = load_config(SFTRunConfig, cfg.sft_config, sft_over)
     sft_stage("sft", sft_dir, sft_cfg, sft_inputs)
 
     # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
     start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": NULL, "model_name_or_path": str(sft_dir), "use_peft": False}
     grpo_over: dict[str, Any] = {**cfg.grpo, **start, "data": str(data), "output_dir": str(grpo_dir)}
-    grpo_cfg = load_config(GRPORunConfig, find_config(cfg.grpo_config), grpo_over)
+    grpo_cfg = load_config(GRPORunConfig, cfg.grpo_config, grpo_over)
 
     def do_grpo() -> dict[str, Any]:
         if grpo_dir.exists():
@@ -302,12 +294,11 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
             inputs = [trained] if trained is not None else []
             stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, {"results": cond_path}, do_eval, say))
-            per_condition[cond] = orjson.loads(cond_path.read_bytes())
-        merged = dict(next(iter(per_condition.values())))
-        merged["condition"] = "all"
-        merged["conditions"] = {c: r["conditions"][c] for c, r in per_condition.items()}
-        res_path.parent.mkdir(parents=True, exist_ok=True)
-        res_path.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+            per_condition[cond] = EvalResults.load(cond_path)
+        first_results = next(iter(per_condition.values())).to_dict()
+        merged = EvalResults.model_validate({**first_results, "condition": "all", "conditions": {
+            c: r.conditions[c].model_dump(mode="json", exclude_unset=True) for c, r in per_condition.items()}})
+        merged.save(res_path)
         _merge_episodes(out / "eval" / tag, conditions, res_path)
         result_files.append(res_path)
         if trained is not None:
@@ -352,9 +343,6 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
 def paired_differences(first: Path, second: Path, conditions: list[str]) -> dict[str, dict[str, Any]]:
     """Mean and 95% CI of (second - first) final score per condition, paired by seed."""
-    from rhythm.eval.stats import mean_ci
-    from rhythm.records import read_episodes
-
     out = {}
     for cond in conditions:
         a = {r["seed"]: r["score"]["final_score"] for _, r in read_episodes(first / cond / "eval_results_v2.episodes.jsonl")}

@@ -83,7 +83,23 @@ def test_shipped_configs_load(tmp_path: Path) -> None:
     from rhythm.eval.evaluate import EvalConfig
     from rhythm.teacher.generate import GenerateConfig
 
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = Path(__file__).resolve().parents[1] / "rhythm" / "configs"
     for name, cls in (("eval.yaml", EvalConfig), ("generate.yaml", GenerateConfig)):
-        if (root / name).exists():
-            load_config(cls, root / name)
+        assert (root / name).exists()
+        load_config(cls, root / name)
+
+
+def test_shipped_configs_are_found_by_name_from_anywhere(tmp_path: Path, monkeypatch) -> None:
+    """configs/NAME.yaml, NAME.yaml and NAME mean the config shipped in the package; a real file wins."""
+    from rhythm.config import find_config, shipped_configs
+
+    monkeypatch.chdir(tmp_path)
+    assert "sft-tiny.yaml" in shipped_configs()
+    shipped = find_config("configs/sft-tiny.yaml")
+    assert shipped.parent.name == "configs" and shipped.parent.parent.name == "rhythm"
+    assert find_config("sft-tiny") == find_config("sft-tiny.yaml") == shipped
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "sft-tiny.yaml").write_text("max_steps: 1\n")
+    assert find_config("configs/sft-tiny.yaml") == Path("configs/sft-tiny.yaml")
+    with pytest.raises(RhythmError, match="config file not found: other/sft-tiny.yaml"):
+        find_config("other/sft-tiny.yaml")

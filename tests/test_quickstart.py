@@ -9,16 +9,7 @@ import orjson
 import pytest
 
 from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_stage
-
-MINI = {
-    "seeds": "0-5",
-    "openings": {"max_steps": 2, "per_device_train_batch_size": 4, "eval_steps": 2, "save_steps": 2, "logging_steps": 1},
-    "sft": {"max_steps": 4, "eval_steps": 2, "save_steps": 4, "logging_steps": 1},
-    "grpo": {"max_steps": 1, "logging_steps": 1, "save_steps": 1},
-    "eval_episodes": {"in-dist": 2, "ood": 2, "discrete": 3},
-    "references": ["random", "heuristic"],
-    "max_new_tokens": 16,  # the tiny student writes the two protocol lines (~11 tokens + <|im_end|>)
-}
+from tests.shared import QUICKSTART_MINI as MINI
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+from rhythm.protocol import conversation
+
 
 @dataclass(frozen=True)
 class EpisodeSpec:
@@ -41,8 +43,6 @@ class BatchObservation:
 
     def conversation(self, i: int, *, max_turns: int | None = None) -> list[dict[str, str]]:
         """Episode ``i``'s chat up to this step's observation (protocol v2), optionally its last K steps."""
-        from rhythm.protocol import conversation
-
         past = self.history[i] if self.history else []
         observations = [o for o, _ in past] + [self.prompts[i]]
         return conversation(observations, [r for _, r in past], max_turns=max_turns)

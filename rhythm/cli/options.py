@@ -9,7 +9,7 @@ import typer
 
 ConfigOpt = Annotated[
     Optional[Path],
-    typer.Option("--config", "-c", help="YAML config; its keys are the stage config's fields. CLI options win."),
+    typer.Option("--config", "-c", help="YAML config (a path, or a shipped config: configs/sft-tiny.yaml or sft-tiny); its keys are the stage config's fields. CLI options win."),
 ]
 SetOpt = Annotated[
     Optional[list[str]],

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from rhythm.cli.ui import err_console
+from rhythm.eval.results import EvalResults, MeanCI
 
 
 def _ci(stat: dict[str, Any] | None) -> str:
@@ -16,27 +17,34 @@ def _ci(stat: dict[str, Any] | None) -> str:
     return f"{stat['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def print_eval_table(results: dict[str, Any]) -> None:
-    table = Table(title=f"rhythm eval: {results['agent']} ({results['env_version']}, grader {results['grader']})")
+def _mean_ci(stat: MeanCI) -> str:
+    if stat.mean is None or stat.ci95 is None:
+        return "-"
+    lo, hi = stat.ci95
+    return f"{stat.mean:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def print_eval_table(results: EvalResults) -> None:
+    table = Table(title=f"rhythm eval: {results.agent} ({results.env_version}, grader {results.grader})")
     for col in ("condition", "n", "final v3 [95% CI]", "v2 [95% CI]", "behaviour", "MAE", "prior MAE", "win/rand", "win/heur", "norm", "parse fail"):
         table.add_column(col, justify="right" if col != "condition" else "left")
-    for cond, r in results["conditions"].items():
-        win = r["win_rate_vs"]
+    for cond, r in results.conditions.items():
+        win = r.win_rate_vs
         table.add_row(
             cond,
-            str(r["episodes"]),
-            _ci(r["final_score"]),
-            _ci(r["final_score_v2"]),
-            f"{r['behaviour_score']['mean']:.3f}",
-            "-" if r["belief_mae"]["mean"] is None else f"{r['belief_mae']['mean']:.3f}",
-            f"{r['belief_mae_prior']:.3f}",
+            str(r.episodes),
+            _mean_ci(r.final_score),
+            _mean_ci(r.final_score_v2),
+            f"{r.behaviour_score.mean:.3f}",
+            "-" if r.belief_mae.mean is None else f"{r.belief_mae.mean:.3f}",
+            f"{r.belief_mae_prior:.3f}",
             "-" if "random" not in win else f"{win['random']:.2f}",
             "-" if "heuristic" not in win else f"{win['heuristic']:.2f}",
-            "-" if r["normalized_score"] is None else f"{r['normalized_score']:.2f}",
-            f"{r['parse_failure_rate']:.1%}",
+            "-" if r.normalized_score is None else f"{r.normalized_score:.2f}",
+            f"{r.parse_failure_rate:.1%}",
         )
     err_console.print(table)
-    refs = {c: r["references"] for c, r in results["conditions"].items()}
+    refs = {c: r.references for c, r in results.conditions.items()}
     if any(refs.values()):
         ref_table = Table(title="references on the same seeds (final v3 / v2 / behaviour)")
         ref_table.add_column("condition")
@@ -45,7 +53,7 @@ def print_eval_table(results: dict[str, Any]) -> None:
             ref_table.add_column(n, justify="right")
         for cond, r in refs.items():
             ref_table.add_row(cond, *[
-                f"{r[n]['final_score']:.3f} / {r[n]['final_score_v2']:.3f} / {r[n]['behaviour_score']:.3f}" if n in r else "-"
+                f"{r[n].final_score:.3f} / {r[n].final_score_v2:.3f} / {r[n].behaviour_score:.3f}" if n in r else "-"
                 for n in names
             ])
         err_console.print(ref_table)

@@ -119,11 +119,6 @@ def sample_ood(keys: np.ndarray) -> np.ndarray:
     return np.clip(f, FACTOR_LOW, FACTOR_HIGH)
 
 
-def discrete_name(seed: int) -> str:
-    """The fixed profile a discrete-condition seed plays: introvert, extrovert, workaholic in turn."""
-    return DISCRETE_PROFILES[seed % len(DISCRETE_PROFILES)]
-
-
 def sample_discrete(seeds: np.ndarray) -> np.ndarray:
     """Three fixed people; ``seed % 3`` picks one, and the seed still drives noise and start values."""
     table = np.stack([DISCRETE_FACTORS[name] for name in DISCRETE_PROFILES])

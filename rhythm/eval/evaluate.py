@@ -17,49 +17,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from rhythm.agents import check_agent_spec, make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import check_agent_spec, make_agent
+from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_dict, config_hash
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
+from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step
 from rhythm.locking import output_lock
+from rhythm.model.llm_client import LLMConfig
+from rhythm.model.load import ModelOptions
 from rhythm.provenance import versions
 from rhythm.records import EpisodeRecord, JsonlWriter
 from rhythm.seeds import format_seeds, parse_seeds
-from rhythm.teacher.agents import TeacherConfig
-from rhythm.teacher.llm_client import LLMConfig
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
 """Eval sizes: 100 in-dist, 50 ood, 5 per discrete profile."""
 WIN_RATE_BASELINES = ("random", "heuristic")
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """How ``model:PATH`` agents generate (see :mod:`rhythm.eval.model_agent`)."""
-
-    batch_size: int = 64
-    """Episodes per lockstep batch (one key/value cache each, kept for the whole week)."""
-    max_new_tokens: int = 160
-    """Reply budget per step (the protocol lines alone are ~12 tokens of the tiny tokenizer)."""
-    do_sample: bool = False
-    """Greedy by default; set true (with temperature/top_p) to sample."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    device: str = "auto"
-    """auto: cuda if available, else mps, else cpu."""
-    dtype: str = "auto"
-    """auto: bfloat16 on GPU, float32 on CPU."""
-    base_model: str | None = None
-    """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
-    seed: int = 0
-    """Sampling seed (only used with do_sample); each step's generate is seeded from it and the episodes."""
 
 
 @dataclass(frozen=True)
@@ -125,11 +104,6 @@ def agent_options(cfg: EvalConfig, spec: str) -> Any:
     if kind in ("openai", "azure"):
         return cfg.llm
     return cfg.model if kind == "model" else cfg.teacher
-
-
-def episodes_path(output: str | Path) -> Path:
-    out = Path(output)
-    return out.with_name(out.stem + ".episodes.jsonl")
 
 
 def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
@@ -205,8 +179,8 @@ def evaluate(
     *,
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     on_records: Callable[[str, str, list[EpisodeRecord]], None] | None = None,
-) -> dict[str, Any]:
-    """Play the agent and its references on every requested condition; returns the results dict.
+) -> EvalResults:
+    """Play the agent and its references on every requested condition; returns the results.
 
     ``progress_factory(label, total_steps)`` gives a progress callback per (agent, condition);
     ``on_records(agent, condition, records)`` sees every batch of records as it is produced.
@@ -239,15 +213,7 @@ def evaluate(
                 on_records(name, condition, played[name])
         refs = {r: played[r] for r in cfg.references}
         results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs)
-    return results
-
-
-def write_results(results: dict[str, Any], output: str | Path) -> Path:
-    """Write the results JSON (sorted keys, indented): byte-identical for identical results."""
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-    return path
+    return EvalResults.model_validate(results)
 
 
 def run_eval(
@@ -256,7 +222,7 @@ def run_eval(
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     wait_lock: bool = False,
     say: Callable[[str], None] | None = None,
-) -> tuple[dict[str, Any], Path, Path]:
+) -> tuple[EvalResults, Path, Path]:
     """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
 
     Both files are written under the episodes file's lock (:mod:`rhythm.locking`): a second eval on
@@ -274,4 +240,4 @@ def run_eval(
                         writer.write(r)
 
             results = evaluate(cfg, progress_factory=progress_factory, on_records=keep)
-        return results, write_results(results, cfg.output), ep_path
+        return results, results.save(cfg.output), ep_path

@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
+from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.errors import RhythmError
+from rhythm.eval.results import EvalResults, episodes_path
+from rhythm.grader import PRIOR_MEAN, belief_mae_by_step
+from rhythm.records import iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
     "random": {"in-dist": 0.402, "ood": 0.397, "discrete": 0.426},
@@ -43,7 +46,6 @@ PUBLISHED_STUDENT_BELIEF_MAE: dict[str, float] = {"in-dist": 0.216, "ood": 0.263
 """Published 3B student's belief MAE (at the last step)."""
 
 LOG_FILE = "training_log.jsonl"
-FIGURES = ("final_scores.png", "belief_accuracy.png", "training_loss.png")
 
 _FIXED_COLORS = {
     "random": "#9e9e9e",
@@ -90,29 +92,9 @@ class PlotSummary:
 # -- inputs --------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise RhythmError(f"file not found: {path}")
-    try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as err:
-        raise RhythmError(f"{path}: not valid JSON ({err})") from None
-
-
-def load_results(path: str | Path) -> dict[str, Any]:
+def load_results(path: str | Path) -> EvalResults:
     """Read and check an ``eval_results_v2.json``; a file of another shape is a one-line error."""
-    path = Path(path)
-    data = _read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("conditions"), dict) or "agent" not in data:
-        raise RhythmError(f"{path}: not a rhythm eval results file (needs 'agent' and 'conditions')")
-    for cond, entry in data["conditions"].items():
-        if cond not in CONDITIONS:
-            raise RhythmError(f"{path}: unknown condition {cond!r}; expected one of {', '.join(CONDITIONS)}")
-        for key in ("final_score", "final_score_v2"):
-            stat = entry.get(key) if isinstance(entry, dict) else None
-            if not isinstance(stat, dict) or "mean" not in stat:
-                raise RhythmError(f"{path}: conditions.{cond}.{key} is missing or has no mean")
-    return data
+    return EvalResults.load(path)
 
 
 TEACHER_LABELS = {"bayes": "bayes (teacher)", "oracle": "oracle (knows the person)"}
@@ -127,8 +109,8 @@ def agent_label(agent: str) -> str:
     return f"{kind}:{'/'.join(parts[-2:])}" if parts else agent
 
 
-def _labels(results: list[tuple[Path, dict[str, Any]]]) -> list[str]:
-    labels = [agent_label(r["agent"]) for _, r in results]
+def _labels(results: list[tuple[Path, EvalResults]]) -> list[str]:
+    labels = [agent_label(r.agent) for _, r in results]
     for i, (path, _) in enumerate(results):
         if labels.count(labels[i]) > 1:
             labels[i] = f"{labels[i]} ({path.parent.name or path.stem})"
@@ -155,31 +137,30 @@ class ScoreBar:
     kind: str  # "agent" (an evaluated agent, with CI) | "reference" (played on the same seeds) | "published"
 
 
-def score_bars(results: list[tuple[Path, dict[str, Any]]]) -> list[ScoreBar]:
+def score_bars(results: list[tuple[Path, EvalResults]]) -> list[ScoreBar]:
     """Every bar of the final-score figure, in drawing order: evaluated agents, their references,
     then the published run (v2 only). An agent evaluated in its own right is not repeated as a
     reference; a reference is taken from the first results file that played it."""
     bars: list[ScoreBar] = []
     labels = _labels(results)
-    main_agents = {r["agent"] for _, r in results}
+    main_agents = {r.agent for _, r in results}
     for label, (_, r) in zip(labels, results, strict=True):
-        for cond, entry in r["conditions"].items():
-            for grader, key in (("v2", "final_score_v2"), ("v3", "final_score")):
-                stat = entry[key]
-                if stat.get("mean") is None:
+        for cond, entry in r.conditions.items():
+            for grader, stat in (("v2", entry.final_score_v2), ("v3", entry.final_score)):
+                if stat.mean is None:
                     continue
-                ci = tuple(stat["ci95"]) if stat.get("ci95") else None
-                bars.append(ScoreBar(label, cond, grader, float(stat["mean"]), ci, "agent"))
+                ci = tuple(stat.ci95) if stat.ci95 else None
+                bars.append(ScoreBar(label, cond, grader, float(stat.mean), ci, "agent"))
     taken: set[tuple[str, str]] = set()
     for _, r in results:
-        for cond, entry in r["conditions"].items():
-            for name, ref in sorted((entry.get("references") or {}).items()):
+        for cond, entry in r.conditions.items():
+            for name, ref in sorted(entry.references.items()):
                 if name in main_agents or (name, cond) in taken:
                     continue
                 taken.add((name, cond))
-                for grader, key in (("v2", "final_score_v2"), ("v3", "final_score")):
-                    if ref.get(key) is not None:
-                        bars.append(ScoreBar(name, cond, grader, float(ref[key]), None, "reference"))
+                for grader, value in (("v2", ref.final_score_v2), ("v3", ref.final_score)):
+                    if value is not None:
+                        bars.append(ScoreBar(name, cond, grader, float(value), None, "reference"))
     for name, values in PUBLISHED_V2.items():
         for cond, value in values.items():
             bars.append(ScoreBar(name, cond, "v2", value, None, "published"))
@@ -286,18 +267,10 @@ class BeliefCurve:
     prior: float  # MAE of the constant prior-mean belief on the same episodes
 
 
-def episodes_file(results_path: str | Path) -> Path:
-    p = Path(results_path)
-    return p.with_name(p.stem + ".episodes.jsonl")
-
-
 def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per condition: ``(errors, prior_errors)`` from ``(where, record)`` pairs; errors is (episodes,
     EPISODE_STEPS) with NaN where the step stated no belief; prior_errors is (episodes,), the constant
     prior guess's MAE against the same people."""
-    from rhythm.env.profiles import belief_of, sample_profiles
-    from rhythm.grader import PRIOR_MEAN, belief_mae_by_step
-
     out: dict[str, tuple[list[np.ndarray], list[float]]] = {}
     for where, rec in records:
         cond = rec["condition"]
@@ -324,17 +297,15 @@ def _curve(agent: str, condition: str, errors: np.ndarray, priors: np.ndarray) -
 
 def read_episode_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """``("path:line", record)`` for every episode of a JSONL (a bad line is a one-line error)."""
-    from rhythm.records import read_episodes
-
     return list(read_episodes(path))
 
 
-def belief_curves(results: list[tuple[Path, dict[str, Any]]]) -> tuple[list[BeliefCurve], list[str]]:
+def belief_curves(results: list[tuple[Path, EvalResults]]) -> tuple[list[BeliefCurve], list[str]]:
     """Curves of every results file whose episodes JSONL is beside it; notes for the ones without."""
     curves: list[BeliefCurve] = []
     notes: list[str] = []
     for label, (path, _) in zip(_labels(results), results, strict=True):
-        ep = episodes_file(path)
+        ep = episodes_path(path)
         if not ep.is_file():
             notes.append(f"{path}: no {ep.name} beside it; its agent is left out of belief_accuracy.png")
             continue
@@ -424,8 +395,6 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
 
     Entries without ``stage`` count as GRPO when they log a reward and as SFT otherwise.
     """
-    from rhythm.records import iter_jsonl
-
     file = log_file(path)
     if not file.is_file():
         raise RhythmError(f"training log not found: {file} (expected {LOG_FILE} from rhythm sft / rhythm grpo)")

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
 from rhythm.episodes import play
+from rhythm.episodes import replay as replay_actions
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci
 from rhythm.grader import score_episode
@@ -82,37 +83,33 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> 
         rec["_flags"] = flags
         groups[(rec["condition"], rec["split"])].append((where, rec))
     for (condition, split), group in groups.items():
-        env = BatchedRhythmEnv(condition, split, len(group))
-        env.reset(seed=[rec["seed"] for _, rec in group])
-        returns = np.zeros(len(group))
-        crashes = np.zeros(len(group), dtype=np.int64)
-        for t in range(EPISODE_STEPS):
-            actions = []
-            for _where, rec in group:
-                step = rec["steps"][t]
+        actions = np.zeros((len(group), EPISODE_STEPS), dtype=np.int64)
+        action_flags: list[list[list[str]]] = [[[] for _ in range(EPISODE_STEPS)] for _ in group]
+        for i, (_where, rec) in enumerate(group):
+            for t, step in enumerate(rec["steps"]):
                 name = str(step.get("action", ""))
                 if name not in ACTION_INDEX:
-                    rec["_flags"].append(f"step {t}: unknown action {name!r}")
+                    action_flags[i][t].append(f"step {t}: unknown action {name!r}")
                     name = FALLBACK_ACTION
                 parsed = parse_reply(step.get("response", ""))
                 if parsed.ok and parsed.action_name != name:
-                    rec["_flags"].append(f"step {t}: response says {parsed.action_name}, record says {name}")
-                actions.append(ACTION_INDEX[name])
-            res = env.step_raw(np.array(actions))
-            returns += res.reward
-            crashes += res.crashes
-            for i, (_where, rec) in enumerate(group):
-                step = rec["steps"][t]
+                    action_flags[i][t].append(f"step {t}: response says {parsed.action_name}, record says {name}")
+                actions[i, t] = ACTION_INDEX[name]
+        played = replay_actions(condition, split, [rec["seed"] for _, rec in group], actions)
+        for i, (_where, rec) in enumerate(group):
+            for t, step in enumerate(rec["steps"]):
+                rec["_flags"].extend(action_flags[i][t])
+                meters, reward = played.meters[i, t], played.rewards[i, t]
                 if "meters" in step and (
-                    len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - res.meters[i])) > tolerance
+                    len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - meters)) > tolerance
                 ):
                     rec["_flags"].append(f"step {t}: stored meters do not replay")
-                if "reward" in step and _differs(step["reward"], res.reward[i], tolerance):
-                    rec["_flags"].append(f"step {t}: stored reward {step['reward']} does not replay ({res.reward[i]:.6f})")
-        truths = env.belief_targets
+                if "reward" in step and _differs(step["reward"], reward, tolerance):
+                    rec["_flags"].append(f"step {t}: stored reward {step['reward']} does not replay ({reward:.6f})")
         for i, (where, rec) in enumerate(group):
             belief = rec["steps"][-1].get("belief")
-            score = score_episode(float(returns[i]), int(crashes[i]), belief, truths[i], condition).to_dict()
+            score = score_episode(float(played.returns[i]), int(played.crashes[i]), belief, played.belief_targets[i],
+                                  condition).to_dict()
             stored = rec.get("score") or {}
             for key in SCORE_FIELDS:
                 if key in stored and _differs(stored[key], score[key], tolerance):

@@ -7,47 +7,35 @@ in the published tables comes from here, so the docs can be regenerated instead 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
-
-import orjson
 
 from rhythm.env.constants import BELIEF_DIMS, CONDITIONS
 from rhythm.errors import RhythmError
+from rhythm.eval.results import EvalResults
 
 AGENT_ORDER = ("random", "heuristic", "planner", "bayes", "oracle")
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise RhythmError(f"results file not found: {p}")
-    try:
-        return orjson.loads(p.read_bytes())
-    except orjson.JSONDecodeError as err:
-        raise RhythmError(f"{p}: not valid JSON ({err.msg})") from None
-
-
-def agent_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+def agent_rows(results: list[EvalResults]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{agent: {condition: {"v3", "v2", "behaviour", "ci": (lo, hi) | None}}}`` across files."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for res in results:
-        for cond, r in res["conditions"].items():
-            rows.setdefault(res["agent"], {})[cond] = {
-                "v3": r["final_score"]["mean"],
-                "v2": r["final_score_v2"]["mean"],
-                "behaviour": r["behaviour_score"]["mean"],
-                "ci": tuple(r["final_score"]["ci95"]),
-                "mae": r["belief_mae"]["mean"],
-                "mae_prior": r["belief_mae_prior"],
-                "by_dim": r.get("belief_mae_by_dim"),
-                "win_heuristic": r["win_rate_vs"].get("heuristic"),
-                "normalized": r.get("normalized_score"),
-                "parse_failure_rate": r.get("parse_failure_rate"),
+        for cond, r in res.conditions.items():
+            rows.setdefault(res.agent, {})[cond] = {
+                "v3": r.final_score.mean,
+                "v2": r.final_score_v2.mean,
+                "behaviour": r.behaviour_score.mean,
+                "ci": r.final_score.ci95,
+                "mae": r.belief_mae.mean,
+                "mae_prior": r.belief_mae_prior,
+                "by_dim": r.belief_mae_by_dim,
+                "win_heuristic": r.win_rate_vs.get("heuristic"),
+                "normalized": r.normalized_score,
+                "parse_failure_rate": r.parse_failure_rate,
             }
-            for name, ref in r.get("references", {}).items():
+            for name, ref in r.references.items():
                 rows.setdefault(name, {}).setdefault(
-                    cond, {"v3": ref["final_score"], "v2": ref["final_score_v2"], "behaviour": ref["behaviour_score"], "ci": None}
+                    cond, {"v3": ref.final_score, "v2": ref.final_score_v2, "behaviour": ref.behaviour_score, "ci": None}
                 )
     return rows
 
@@ -57,7 +45,7 @@ def _order(names: list[str]) -> list[str]:
     return known + sorted(n for n in names if n not in AGENT_ORDER)
 
 
-def score_table(results: list[dict[str, Any]]) -> str:
+def score_table(results: list[EvalResults]) -> str:
     """Final score v3 / v2 (behaviour) per agent and condition."""
     rows = agent_rows(results)
     conds = [c for c in CONDITIONS if any(c in r for r in rows.values())]
@@ -71,7 +59,7 @@ def score_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def belief_table(results: list[dict[str, Any]]) -> str:
+def belief_table(results: list[EvalResults]) -> str:
     """Belief MAE per agent and condition, per dimension, beside the constant prior's."""
     rows = agent_rows(results)
     lines = ["| agent | condition | belief MAE | prior MAE | ratio | " + " | ".join(f"MAE {d}" for d in BELIEF_DIMS) + " |",
@@ -95,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         print("usage: python -m rhythm.eval.tables RESULTS.json [...]", file=sys.stderr)
         sys.exit(2)
     try:
-        results = [load(p) for p in paths]
+        results = [EvalResults.load(p) for p in paths]
     except RhythmError as err:
         print(f"rhythm: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.errors import RhythmError
+from rhythm.grader import PRIOR_MEAN
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
@@ -30,8 +32,6 @@ STEPS = (1, 4, 8, 16, 28)
 def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """``(student, teacher)`` belief MAE per episode and step, each ``(episodes, 28)``."""
     import torch
-
-    from rhythm.env.profiles import belief_of, sample_profiles
 
     vocab = tokenizer.get_vocab()
     numbers = {f"{i / 100:.2f}": i / 100 for i in range(101)}
@@ -58,8 +58,6 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rhythm.grader import PRIOR_MEAN
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print("usage: python -m rhythm.eval.teacher_forced MODEL_DIR TEACHER_EPISODES.jsonl", file=sys.stderr)
@@ -68,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args[0])
     model = AutoModelForCausalLM.from_pretrained(args[0]).eval()
     student, teacher = teacher_forced_errors(model, tokenizer, records)
-    from rhythm.env.profiles import belief_of, sample_profiles
 
     prior = np.mean([np.abs(np.asarray(PRIOR_MEAN[r["condition"]]) - belief_of(sample_profiles(r["condition"], r["split"], np.array([r["seed"]])))[0]).mean()
                      for r in records])

@@ -13,73 +13,26 @@ process: see :mod:`rhythm.teacher.llm_generate`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, wait
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import orjson
 
-from rhythm.agents import check_agent_spec, make_agent
 from rhythm.agents.base import EpisodeSpec
-from rhythm.config import config_hash, write_config
+from rhythm.agents.registry import check_agent_spec, make_agent
+from rhythm.agents.teachers import TeacherConfig
+from rhythm.config import config_hash
 from rhythm.env.constants import CONDITIONS, SPLITS
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
-from rhythm.provenance import command_line, now_iso, versions
-from rhythm.records import JsonlWriter, done_keys, dumps
+from rhythm.records import dumps
 from rhythm.seeds import parse_seeds
-from rhythm.teacher.agents import TeacherConfig
-from rhythm.teacher.llm_client import LLMConfig
+from rhythm.teacher.llm_generate import generate_llm, target_of
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, open_output
 from rhythm.workers import worker_pool
 
-CPU_TEACHERS = ("bayes", "oracle", "planner", "heuristic", "random")
-
-
-@dataclass(frozen=True)
-class GenerateConfig:
-    """``rhythm generate``: who teaches, which episodes, where they go."""
-
-    teacher: str = "bayes"
-    """bayes (default, offline) | oracle | planner | heuristic | random | openai | azure"""
-    seeds: str = "0-29"
-    """Train-split seeds to play, e.g. 0-29 or 0,5,9."""
-    condition: str = "in-dist"
-    """in-dist | ood | discrete"""
-    split: str = "train"
-    """train (default; eval seeds are for rhythm eval) or eval."""
-    output: str = "data/teacher_30ep.jsonl"
-    """JSONL file, or - for stdout."""
-    concurrency: int = 1
-    """Worker processes for CPU teachers; episodes in flight for openai / azure teachers."""
-    chunk: int = 16
-    """Episodes a CPU worker plays in lockstep per task (numpy batches them)."""
-    resume: bool = False
-    """Skip seeds already in the output and repair a torn last line."""
-    teacher_options: TeacherConfig = field(default_factory=TeacherConfig)
-    """Particle filter and planner settings of bayes / oracle / planner."""
-    llm: LLMConfig = field(default_factory=LLMConfig)
-    """Endpoint, model, retries, request fields, prices and budget of openai / azure teachers."""
-
-
-@dataclass
-class GenerateSummary:
-    episodes: int = 0
-    skipped: int = 0
-    repaired_bytes: int = 0
-    parse_failures: int = 0
-    steps: int = 0
-    mean_final_score: float | None = None
-    seconds: float = 0.0
-    output: str = ""
-    failed: int = 0
-    """Episodes that could not finish (API teachers); they are not in the output."""
-    stopped: str | None = None
-    """Why the run stopped before playing every seed (API teachers: budget, endpoint down)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+__all__ = ["GenerateConfig", "GenerateSummary", "generate", "summary_line", "validate"]
 
 
 def validate(cfg: GenerateConfig) -> list[int]:
@@ -93,8 +46,6 @@ def validate(cfg: GenerateConfig) -> list[int]:
     if cfg.output == "-" and cfg.resume:
         raise RhythmError("--resume needs a file --output, not stdout")
     if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
-        from rhythm.teacher.llm_generate import target_of
-
         target_of(cfg)  # model, endpoint, key and budget settings, before anything is written
     else:
         check_agent_spec(cfg.teacher)
@@ -106,36 +57,6 @@ def _play_chunk(teacher: str, options: TeacherConfig, condition: str, split: str
     agent = make_agent(teacher, options)
     specs = [EpisodeSpec(condition, split, s) for s in seeds]
     return [dumps(r) for r in play(agent, specs, config_hash=chash)]
-
-
-def sidecar_path(output: str | Path) -> Path:
-    return Path(str(output) + ".config.yaml")
-
-
-@contextmanager
-def open_output(
-    cfg: GenerateConfig,
-    seeds: list[int],
-    recorded: Any,
-    chash: str,
-    on_total: Callable[[int], None] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> Iterator[tuple[JsonlWriter, list[int], GenerateSummary]]:
-    """Open the output for a generate run (every teacher): skip seeds already there on ``--resume``,
-    write the effective config ``recorded`` beside a file output, and yield the writer, the seeds still
-    to play and the summary to fill."""
-    out_path = None if cfg.output == "-" else Path(cfg.output)
-    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
-    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
-    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
-    if on_total:
-        on_total(len(todo))
-    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
-        summary.repaired_bytes = writer.repaired
-        if out_path is not None:
-            provenance = {"versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash}
-            write_config(recorded, sidecar_path(out_path), {**provenance, **(extra or {})})
-        yield writer, todo, summary
 
 
 def generate(
@@ -163,8 +84,7 @@ def _generate(
     on_total: Callable[[int], None] | None,
 ) -> GenerateSummary:
     if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
-        from rhythm.teacher.llm_generate import generate_llm  # API teachers: async, in one process
-
+        # API teachers: async, in one process
         return generate_llm(cfg, seeds, progress=progress, on_total=on_total)
     chash = config_hash(cfg)
     started = time.perf_counter()

@@ -40,15 +40,10 @@ from typing import Any
 import orjson
 
 from rhythm.config import config_hash
-from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_SLOTS
+from rhythm.env.constants import EPISODE_STEPS
 from rhythm.env.rhythm_env import RhythmEnv
-from rhythm.grader import score_episode
-from rhythm.protocol import conversation
-from rhythm.provenance import now_iso
-from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
-from rhythm.teacher.generate import GenerateConfig, GenerateSummary, open_output
-from rhythm.teacher.llm_client import (
-    PROVIDERS,
+from rhythm.episodes import finish_episode, make_step
+from rhythm.model.llm_client import (
     BudgetReached,
     ChatClient,
     CostMeter,
@@ -59,8 +54,10 @@ from rhythm.teacher.llm_client import (
     redact_url,
     resolve_target,
 )
-
-API_TEACHERS = PROVIDERS
+from rhythm.protocol import conversation
+from rhythm.provenance import now_iso
+from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, open_output
 
 
 @dataclass
@@ -131,38 +128,15 @@ async def play_episode(
         usage = reply.usage()
         _add_usage(total, usage)
         total["reasks"] += int(reply.reasked)
-        steps.append(
-            LLMStepRecord(
-                t=t,
-                day=t // N_SLOTS,
-                slot=t % N_SLOTS,
-                observation=observation,
-                response=reply.text,
-                belief=None if belief is None else [round(float(x), 4) for x in belief],
-                action=reply.parsed.action_name,
-                parse_ok=reply.parsed.ok,
-                reward=float(reward),
-                meters=[float(x) for x in info["meters"]],
-                usage=usage,
-            )
-        )
-    score = score_episode(episode_return, crashes, belief, env.belief_target, condition).to_dict()
-    score["parse_failures"] = sum(not s.parse_ok for s in steps)
+        steps.append(make_step(t, observation, reply.text, belief, reply.parsed.action_name, reply.parsed.ok, reward,
+                               info["meters"], cls=LLMStepRecord, usage=usage))
     if total["cost_usd"] is not None:
         total["cost_usd"] = round(total["cost_usd"], 8)
     total["seconds"] = round(time.perf_counter() - started, 4)
-    return EpisodeRecord(
-        env_version=ENV_VERSION,
-        condition=condition,
-        split=split,
-        seed=seed,
-        agent=agent,
-        model=client.target.name,
-        config_hash=config_hash,
-        created_at=now_iso(),
-        steps=steps,
-        score=score,
-        usage=total,
+    return finish_episode(
+        condition=condition, split=split, seed=seed, agent=agent, model=client.target.name, config_hash=config_hash,
+        created_at=now_iso(), steps=steps, episode_return=episode_return, crashes=crashes, belief=belief,
+        truth=env.belief_target, usage=total,
     )
 
 

@@ -25,6 +25,8 @@ import orjson
 import yaml
 
 from rhythm.errors import RhythmError
+from rhythm.records import read_episodes
+from rhythm.seeds import format_seeds
 
 REPO_TYPES = ("dataset", "model")
 SKIP_DIRS = ("checkpoint-",)
@@ -67,9 +69,6 @@ def _hub_error(err: Exception, what: str) -> RhythmError:
 
 def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
     """What a dataset card says about episode JSONL files (read and validated line by line)."""
-    from rhythm.records import read_episodes
-    from rhythm.seeds import format_seeds
-
     count: Counter[str] = Counter()
     schema, env_versions, agents, conditions, splits = set(), set(), Counter(), Counter(), Counter()
     seeds: dict[tuple[str, str], list[int]] = {}
@@ -126,6 +125,14 @@ def _front_matter(meta: dict[str, Any]) -> str:
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
 
+def _card(kind: str, meta: dict[str, Any], body: str) -> str:
+    """A Hub card as ``huggingface_hub`` builds and checks it (``DatasetCard`` / ``ModelCard``: its
+    metadata parsed and validated), written with the metadata in the order given."""
+    from huggingface_hub import DatasetCard, ModelCard
+
+    return (DatasetCard if kind == "dataset" else ModelCard)(_front_matter(meta) + body).content
+
+
 def dataset_card(repo_id: str, files: dict[str, dict[str, Any]]) -> str:
     """README.md of a teacher-data repo: ``files`` maps each uploaded JSONL name to its :func:`episode_stats`."""
     total = episode_stats_merge(list(files.values()))
@@ -139,7 +146,7 @@ def dataset_card(repo_id: str, files: dict[str, dict[str, Any]]) -> str:
         f"{_fmt(s['mean_final_score'])} | {_fmt(s['mean_final_score_v2'])} | ${s['cost_usd']:.2f} |"
         for name, s in sorted(files.items())
     )
-    return _front_matter(meta) + f"""
+    return _card("dataset", meta, f"""
 # {repo_id.split('/')[-1]}
 
 Teacher episodes of the `rhythm` benchmark: an agent manages one simulated week
@@ -171,7 +178,7 @@ then the episode's grades and API usage. `rhythm sft --data FILE` turns them int
 
 Train-split seeds never overlap the eval split: the profile is drawn from (condition, split, seed), so
 `rhythm eval` meets different people. Scores are those of the grader in the record's env_version.
-"""
+""")
 
 
 def episode_stats_merge(stats: list[dict[str, Any]]) -> dict[str, Any]:
@@ -227,7 +234,7 @@ def model_card(repo_id: str, folder: str | Path) -> str | None:
         if summary.get("adapter")
         else f"from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained(\"{repo_id}\")"
     )
-    return _front_matter(meta) + f"""
+    return _card("model", meta, f"""
 # {repo_id.split('/')[-1]}
 
 A student distilled from rhythm teacher episodes with TRL `SFTTrainer`{' and a LoRA adapter' if summary.get('adapter') else ''}:
@@ -249,7 +256,7 @@ step, `data_report.json` what was dropped from the data and why.
 ```
 
 Evaluate it with `rhythm eval --agent model:{repo_id}`.
-"""
+""")
 
 
 # ------------------------------------------------------------------------------------------- upload
@@ -329,7 +336,3 @@ def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, commi
     """Upload a training output folder (no checkpoints) with its model card; returns the repo URL."""
     result = upload([folder], repo_id, repo_type="model", private=private, commit_message=commit_message)
     return result.repo_url
-
-
-def result_json(result: UploadResult) -> bytes:
-    return orjson.dumps(result.__dict__)

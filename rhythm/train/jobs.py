@@ -39,8 +39,10 @@ from typing import Any
 import orjson
 import yaml
 
+import rhythm
+from rhythm.config import config_dict
 from rhythm.errors import RhythmError
-from rhythm.train.hub import check_repo_id
+from rhythm.train.hub import check_repo_id, require_token, upload
 
 JOB_DIR = "rhythm_job"
 MOUNT_PATH = "/rhythm-run"
@@ -148,8 +150,6 @@ def run_script(stage: str, deps: list[str] | None = None) -> str:
 
 def package_sources() -> dict[str, bytes]:
     """``rhythm_job/src/rhythm/**.py``: this package's source, as it is installed here."""
-    import rhythm
-
     root = Path(rhythm.__file__).parent
     return {
         f"{JOB_DIR}/src/rhythm/{path.relative_to(root).as_posix()}": path.read_bytes()
@@ -260,8 +260,6 @@ def plan_job(
     check_repo_id(data_repo, "data_repo")
 
     cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
-    from rhythm.config import config_dict
-
     job_config = config_dict(cfg)
     job_config.update({"data": ",".join(names), "flavor": None, "push_to_hub": True, "hub_model_id": run_repo,
                        "resume_from_checkpoint": None})
@@ -321,8 +319,6 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
 
     from huggingface_hub import CommitOperationAdd, HfApi, Volume
     from huggingface_hub.errors import HfHubHTTPError
-
-    from rhythm.train.hub import require_token, upload
 
     token = require_token()
     api = HfApi(token=token)

@@ -27,33 +27,46 @@ stays instant.
 from __future__ import annotations
 
 import contextlib
-import math
-import os
-import re
-import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
 import orjson
 
+from rhythm.config import write_config
 from rhythm.errors import RhythmError
+from rhythm.model.tiny import resolve_model
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.train.common import (
+    LOG_NAME,
+    TrainRunConfig,
+    check_hub_and_data,
+    data_paths,
+    entry_main,
+    make_log_callback,
+    peft_config,
+    prepare_output_dir,
+    resolve_precision,
+    resume_path,
+    series,
+    trainer_args,
+    without,
+)
+from rhythm.train.data import DataOptions, build_examples, drop_overlong, to_dataset_dict
+from rhythm.train.hub import push_folder
 
-LOG_NAME = "training_log.jsonl"
 CONFIG_NAME = "sft_config.yaml"
 SUMMARY_NAME = "sft_summary.json"
 REPORT_NAME = "data_report.json"
-QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-Auto = Union[bool, Literal["auto"]]
 
 
 @dataclass(frozen=True)
-class SFTRunConfig:
-    """``rhythm sft``: field names follow TRL's ``SFTConfig`` / ``ModelConfig`` where one exists.
+class SFTRunConfig(TrainRunConfig):
+    """``rhythm sft``: field names follow TRL's ``SFTConfig`` / ``ModelConfig`` where one exists; the fields
+    it shares with GRPO come from :class:`rhythm.train.common.TrainRunConfig`.
 
     The defaults are the real recipe (``configs/sft.yaml``); ``configs/sft-tiny.yaml`` is the offline one.
     """
@@ -61,13 +74,7 @@ class SFTRunConfig:
     # --- model
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"
     """Hub id or local path of the student; ``rhythm-tiny`` = the offline tiny Qwen2 built locally."""
-    dtype: str = "auto"
-    """Weights dtype when loading: auto (bfloat16 when bf16 is on, else float32) | bfloat16 | float16 | float32."""
-    attn_implementation: str | None = None
-    """eager | sdpa | flash_attention_2 (None: the transformers default, sdpa)."""
     # --- data
-    data: str = "data/teacher_30ep.jsonl"
-    """Teacher episodes JSONL; several files separated by commas; - reads stdin."""
     val_fraction: float = 0.1
     """Share of episodes (never steps) held out for validation loss; 0 = no validation."""
     min_score: float | None = None
@@ -93,31 +100,11 @@ class SFTRunConfig:
     """Peak learning rate (LoRA wants ~1e-4..3e-4, full fine-tuning ~1e-5)."""
     lr_scheduler_type: str = "cosine"
     """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
-    warmup_ratio: float = 0.03
-    """Share of the steps spent warming the learning rate up from 0."""
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
     per_device_train_batch_size: int = 4
     """Examples per device per forward pass."""
     per_device_eval_batch_size: int = 8
     gradient_accumulation_steps: int = 4
     """Forward passes per optimizer step (effective batch = this x batch size x devices)."""
-    bf16: Auto = "auto"
-    """bfloat16 mixed precision; auto = on when CUDA is available (it is ~5x slower on CPU)."""
-    gradient_checkpointing: Auto = "auto"
-    """Recompute activations to save memory; auto = on with CUDA, off on CPU (~3x slower there)."""
-    seed: int = 0
-    """Seeds the adapter init, the data order and the train/validation split."""
-    # --- LoRA (PEFT)
-    use_peft: bool = True
-    """Train a LoRA adapter; false = full fine-tuning (saves the whole model)."""
-    lora_r: int = 16
-    """LoRA rank."""
-    lora_alpha: int = 32
-    """LoRA scaling numerator (the update is scaled by alpha / r)."""
-    lora_dropout: float = 0.05
-    lora_target_modules: list[str] = field(default_factory=lambda: list(QWEN_LINEAR))
-    """Modules that get adapters (names inside the model); [all-linear] = every linear layer but the LM head."""
     # --- evaluation, logging, checkpoints
     eval_steps: int = 50
     """Validation loss every N optimizer steps (and once at the end)."""
@@ -127,36 +114,11 @@ class SFTRunConfig:
     """Training loss (and learning rate, grad norm, tokens) every N steps."""
     save_steps: int = 100
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
-    save_total_limit: int | None = 2
-    """Checkpoints kept on disk (oldest deleted)."""
     output_dir: str = "runs/sft"
     """Adapter, tokenizer, checkpoints, training_log.jsonl and the effective config go here."""
-    overwrite_output_dir: bool = False
-    """Start afresh in an output_dir that already holds a run (its checkpoints and log are deleted)."""
-    resume_from_checkpoint: Union[bool, str, None] = None
-    """latest (or true) = the newest checkpoint-N in output_dir; or a checkpoint path."""
-    report_to: str = "none"
-    """Trackers for transformers (none | trackio | wandb | tensorboard ...)."""
     # --- Hub and Hugging Face Jobs
-    push_to_hub: bool = False
-    """Upload the trained adapter, tokenizer, config and log to hub_model_id at the end."""
-    hub_model_id: str | None = None
-    """Model repo for the result (user/name); with push_to_hub or a flavor it defaults to YOU/rhythm-sft (whoami)."""
-    hub_private: bool = True
-    """Create hub_model_id as a private repo when it does not exist."""
-    flavor: str | None = None
-    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, h100 ...); None = run here."""
     timeout: str = "3h"
     """Jobs: maximum wall time (s/m/h/d suffix)."""
-    data_repo: str | None = None
-    """Jobs: dataset repo holding the data files (local files named in data are uploaded there first);
-    defaults to YOU/rhythm-teacher (whoami)."""
-    namespace: str | None = None
-    """Jobs: namespace to run the job in (default: hub_model_id's owner)."""
-
-
-def data_paths(cfg: SFTRunConfig) -> list[str]:
-    return [p.strip() for p in cfg.data.split(",") if p.strip()]
 
 
 def validate(cfg: SFTRunConfig) -> None:
@@ -183,93 +145,10 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
     if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
         raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
-    if cfg.push_to_hub and not cfg.hub_model_id:
-        raise RhythmError("push_to_hub needs hub_model_id (user/name)")
-    if cfg.flavor is None:
-        for path in data_paths(cfg):
-            if path != "-" and not Path(path).is_file():
-                raise RhythmError(f"file not found: {path}")
+    check_hub_and_data(cfg)
 
 
 # ----------------------------------------------------------------------------------------- helpers
-
-
-def resolve_precision(cfg: SFTRunConfig, cuda: bool) -> dict[str, Any]:
-    """Turn the ``auto`` settings into concrete ones for this machine."""
-    bf16 = cuda if cfg.bf16 == "auto" else bool(cfg.bf16)
-    gc = cuda if cfg.gradient_checkpointing == "auto" else bool(cfg.gradient_checkpointing)
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if bf16 else "float32")
-    return {"bf16": bf16, "gradient_checkpointing": gc, "dtype": dtype, "device": "cuda" if cuda else "cpu"}
-
-
-def _resume_path(cfg: SFTRunConfig) -> str | None:
-    value = cfg.resume_from_checkpoint
-    if value in (None, False, "", "none", "None", "false"):
-        return None
-    if value is True or str(value).lower() in ("latest", "last", "true"):
-        out = Path(cfg.output_dir)
-        steps = [int(m.group(1)) for p in (out.iterdir() if out.is_dir() else [])
-                 if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
-        if not steps:
-            raise RhythmError(f"no checkpoint-N folder in {cfg.output_dir} to resume from")
-        return str(out / f"checkpoint-{max(steps)}")
-    path = Path(str(value))
-    if not (path / "trainer_state.json").is_file():
-        raise RhythmError(f"not a checkpoint folder (no trainer_state.json): {path}")
-    return str(path)
-
-
-def _prepare_output_dir(cfg: SFTRunConfig, resuming: bool) -> Path:
-    out = Path(cfg.output_dir)
-    previous = out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists())
-    if previous and not resuming:
-        if not cfg.overwrite_output_dir:
-            raise RhythmError(
-                f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
-                "pass overwrite_output_dir=true, or choose another output_dir"
-            )
-        for ckpt in out.glob("checkpoint-*"):
-            shutil.rmtree(ckpt, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def make_log_callback(path: str | Path, stage: str = "sft"):
-    """A ``TrainerCallback`` that streams ``state.log_history`` to JSONL, one flushed line per entry.
-
-    At train begin the file is rewritten from the (possibly resumed) history, so after a resume it
-    holds exactly the checkpoint's history followed by the new entries.
-    """
-    from transformers import TrainerCallback
-
-    class JsonlLogCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.path = Path(path)
-            self.written = 0
-
-        def _write(self, entries: list[dict[str, Any]], mode: str) -> None:
-            with self.path.open(mode + "b") as fh:
-                for entry in entries:
-                    fh.write(orjson.dumps({**entry, "stage": stage}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self._write(list(state.log_history), "w")
-                self.written = len(state.log_history)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if state.is_world_process_zero and len(state.log_history) > self.written:
-                self._write(state.log_history[self.written :], "a")
-                self.written = len(state.log_history)
-
-    return JsonlLogCallback()
-
-
-def read_training_log(path: str | Path) -> list[dict[str, Any]]:
-    """The entries of a ``training_log.jsonl`` (any stage)."""
-    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
 
 
 def load_tokenizer(model_path: str):
@@ -281,22 +160,6 @@ def load_tokenizer(model_path: str):
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
 
 
-def _peft_config(cfg: SFTRunConfig):
-    from peft import LoraConfig
-
-    targets: Any = cfg.lora_target_modules
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=targets,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-
-
 def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool, quiet: bool = False,
                resuming: bool = False):
     """The TRL ``SFTConfig`` for a run (CPU-safe settings resolved by :func:`resolve_precision`)."""
@@ -306,37 +169,15 @@ def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool
     if cfg.attn_implementation:
         model_init_kwargs["attn_implementation"] = cfg.attn_implementation
     return SFTConfig(
-        output_dir=cfg.output_dir,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        **trainer_args(cfg, resolved, quiet),
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        bf16=resolved["bf16"],
-        gradient_checkpointing=resolved["gradient_checkpointing"],
         max_length=cfg.max_length,
         assistant_only_loss=True,
         model_init_kwargs=model_init_kwargs,
         eval_strategy="steps" if has_validation else "no",
         eval_steps=cfg.eval_steps,
         eval_on_start=cfg.eval_on_start and has_validation and not resuming,  # a resumed history has it
-        logging_steps=cfg.logging_steps,
-        logging_first_step=True,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        report_to=cfg.report_to,
-        disable_tqdm=quiet,
-        dataloader_pin_memory=resolved["device"] == "cuda",
-        use_cpu=resolved["device"] == "cpu",  # also what makes torchrun/accelerate on CPU run DDP over gloo
-        push_to_hub=False,  # pushed once at the end by rhythm.train.hub, never from inside the loop
     )
 
 
@@ -358,20 +199,17 @@ class SFTRun:
 def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None) -> SFTRun:
     """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet)."""
     validate(cfg)
-    from rhythm.train.data import DataOptions, build_examples, drop_overlong, to_dataset_dict
 
     # the data first: a bad record fails in a second, before torch is even imported
     options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures,
                           cfg.context_noise, cfg.first_turns)
     rows, report = build_examples(data_paths(cfg), options)
-    resume = _resume_path(cfg)
-    out = _prepare_output_dir(cfg, resuming=resume is not None)
+    resume = resume_path(cfg)
+    out = prepare_output_dir(cfg, resuming=resume is not None)
 
     import torch
     import transformers
     from trl import SFTTrainer
-
-    from rhythm.train.tiny_model import resolve_model
 
     transformers.logging.set_verbosity_warning()
     if quiet:
@@ -394,16 +232,12 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
             train_dataset=dsd["train"],
             eval_dataset=dsd["validation"] if has_validation else None,
             processing_class=tokenizer,
-            peft_config=_peft_config(cfg) if cfg.use_peft else None,
+            peft_config=peft_config(cfg) if cfg.use_peft else None,
             callbacks=[make_log_callback(out / LOG_NAME), *(callbacks or [])],
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
     return SFTRun(trainer, cfg, model_path, resolved, report, resume)
-
-
-def _losses(history: list[dict[str, Any]], key: str) -> list[float]:
-    return [float(e[key]) for e in history if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
 
 
 def run_sft(
@@ -422,9 +256,6 @@ def run_sft(
 
 
 def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], None]) -> dict[str, Any]:
-    from rhythm.config import write_config
-    from rhythm.provenance import command_line, now_iso, versions
-
     trainer, out = run.trainer, Path(cfg.output_dir)
     main = trainer.is_world_process_zero()
     if main:
@@ -440,7 +271,7 @@ def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], 
         trainer.evaluate()
     trainer.save_model(cfg.output_dir)
     history = trainer.state.log_history
-    train_losses, eval_losses = _losses(history, "loss"), _losses(history, "eval_loss")
+    train_losses, eval_losses = series(history, "loss"), series(history, "eval_loss")
     summary: dict[str, Any] = {
         "stage": "sft",
         "output_dir": str(out),
@@ -462,8 +293,6 @@ def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], 
     if main:
         (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
         if cfg.push_to_hub:
-            from rhythm.train.hub import push_folder
-
             summary["hub_url"] = push_folder(
                 out, cfg.hub_model_id, private=cfg.hub_private,
                 commit_message=f"rhythm sft: {summary['global_step']} steps, eval loss {summary['eval_loss_last']}",
@@ -481,26 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
         accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl
     """
-    import argparse
-
-    from rhythm.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m rhythm.train.sft", description=main.__doc__)
-    parser.add_argument("--config", "-c", default=None, help="YAML config (fields of SFTRunConfig)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides (the command line wins)")
-    ns = parser.parse_args(argv)
-    try:
-        cfg = load_config(SFTRunConfig, ns.config, ns.overrides)
-        if cfg.flavor:
-            cfg = replace(cfg, flavor=None)  # already where it should run
-        summary = run_sft(cfg, quiet=ns.quiet)
-    except RhythmError as err:
-        print(f"rhythm sft: error: {err}", file=sys.stderr)
-        return 2
-    if int(os.environ.get("RANK", "0")) == 0:  # one summary line, not one per process
-        sys.stdout.write(orjson.dumps({k: summary[k] for k in summary if k != "data"}).decode() + "\n")
-    return 0
+    return entry_main("sft", SFTRunConfig, run_sft, argv, without({"data"}), main.__doc__)
 
 
 if __name__ == "__main__":

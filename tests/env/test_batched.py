@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env import ACTIONS, CONDITIONS, EPISODE_STEPS, BatchedRhythmEnv, RhythmEnv
 from rhythm.episodes import play
 

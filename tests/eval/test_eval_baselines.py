@@ -42,8 +42,21 @@ def test_eval_is_byte_identical_across_runs_and_has_the_schema(run_cli, tmp_path
 
 def test_heuristic_beats_random_on_every_condition_at_default_sizes() -> None:
     res = evaluate(EvalConfig(agent="heuristic", references=["random"]))
-    for name, cond in res["conditions"].items():
-        assert cond["episodes"] == {"in-dist": 100, "ood": 50, "discrete": 15}[name]
-        assert cond["final_score"]["mean"] > cond["references"]["random"]["final_score"]
-        assert cond["final_score_v2"]["mean"] > cond["references"]["random"]["final_score_v2"]
-        assert cond["win_rate_vs"]["random"] > 0.8
+    for name, cond in res.conditions.items():
+        assert cond.episodes == {"in-dist": 100, "ood": 50, "discrete": 15}[name]
+        assert cond.final_score.mean > cond.references["random"].final_score
+        assert cond.final_score_v2.mean > cond.references["random"].final_score_v2
+        assert cond.win_rate_vs["random"] > 0.8
+
+
+def test_results_files_round_trip_through_the_typed_object(run_cli, tmp_path: Path) -> None:
+    """EvalResults.load then save writes the very bytes rhythm eval wrote (report, tables, plots and the
+    quickstart all read the typed object)."""
+    from rhythm.eval.results import EvalResults
+
+    out = tmp_path / "eval_results_v2.json"
+    code, _, err = run_cli("eval", "--agent", "bayes", "--condition", "all", "--episodes", "2", "--output", str(out), "-q")
+    assert code == 0, err
+    res = EvalResults.load(out)
+    assert res.conditions["ood"].references["oracle"].final_score is not None
+    assert res.save(tmp_path / "again.json").read_bytes() == out.read_bytes()

@@ -17,7 +17,8 @@ from rhythm.agents.base import BatchObservation, EpisodeSpec
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
-from rhythm.eval.evaluate import EvalConfig, ModelOptions
+from rhythm.eval.evaluate import EvalConfig
+from rhythm.model.load import ModelOptions
 from rhythm.protocol import FALLBACK_ACTION, conversation, record_conversation
 
 SMALL = ModelOptions(max_new_tokens=6, device="cpu")
@@ -29,7 +30,7 @@ CONDITION_KEYS = {
 
 @pytest.fixture(scope="module")
 def tiny_agent(tiny_student: Path):
-    from rhythm.eval.model_agent import ModelAgent
+    from rhythm.agents.model import ModelAgent
 
     return ModelAgent(str(tiny_student), SMALL)
 
@@ -58,7 +59,7 @@ def agent64(tiny_student: Path):
     two ways of computing a reply is then a real difference in what the model saw, not rounding."""
     import torch
 
-    from rhythm.eval.model_agent import ModelAgent
+    from rhythm.agents.model import ModelAgent
 
     agent = ModelAgent(str(tiny_student), replace(SMALL, max_new_tokens=6))
     agent.model.to(torch.float64)
@@ -269,7 +270,8 @@ def _make_adapter(base: Path, out: Path, *, with_tokenizer: bool) -> Path:
 
 
 def test_lora_adapter_is_detected_and_loaded_onto_its_base(tiny_student: Path, tiny_agent, tmp_path: Path) -> None:
-    from rhythm.eval.model_agent import ModelAgent, adapter_config
+    from rhythm.agents.model import ModelAgent
+    from rhythm.model.load import adapter_config
 
     adapter = _make_adapter(tiny_student, tmp_path / "adapter", with_tokenizer=False)
     cfg = adapter_config(str(adapter))
@@ -289,7 +291,7 @@ def test_lora_adapter_is_detected_and_loaded_onto_its_base(tiny_student: Path, t
 
 
 def test_adapter_whose_recorded_tiny_base_moved_finds_the_local_tiny_student(tiny_student: Path, tmp_path: Path) -> None:
-    from rhythm.eval.model_agent import ModelAgent
+    from rhythm.agents.model import ModelAgent
 
     adapter = _make_adapter(tiny_student, tmp_path / "adapter", with_tokenizer=False)
     cfg_path = adapter / "adapter_config.json"
@@ -304,7 +306,8 @@ def test_adapter_whose_recorded_tiny_base_moved_finds_the_local_tiny_student(tin
 
 
 def test_bad_model_input_is_one_line(run_cli, tiny_student: Path, tmp_path: Path) -> None:
-    from rhythm.eval.model_agent import ModelAgent, pick_device, pick_dtype
+    from rhythm.agents.model import ModelAgent
+    from rhythm.model.load import pick_device, pick_dtype
 
     code, _, err = run_cli("eval", "--agent", "model:./no/such/model", "--episodes", "1", "--output", str(tmp_path / "x.json"))
     assert code == 2 and err.strip().count("\n") == 0 and "model path not found" in err

@@ -22,6 +22,7 @@ from rhythm.eval.plots import (
     score_bars,
     training_series,
 )
+from rhythm.eval.results import EvalResults
 
 SFT_LOG = [
     {"loss": 5.2, "grad_norm": 3.1, "learning_rate": 0.002, "epoch": 0.1, "step": 5, "stage": "sft"},
@@ -104,14 +105,14 @@ def test_final_score_bars_come_from_the_results(bayes_results: Path, tmp_path: P
     res = load_results(bayes_results)
     bars = score_bars([(bayes_results, res)])
     ours = {(b.condition, b.grader): b for b in bars if b.kind == "agent"}
-    for cond, entry in res["conditions"].items():
-        assert ours[(cond, "v3")].mean == entry["final_score"]["mean"]
-        assert ours[(cond, "v3")].ci95 == tuple(entry["final_score"]["ci95"])
-        assert ours[(cond, "v2")].mean == entry["final_score_v2"]["mean"]
+    for cond, entry in res.conditions.items():
+        assert ours[(cond, "v3")].mean == entry.final_score.mean
+        assert ours[(cond, "v3")].ci95 == tuple(entry.final_score.ci95)
+        assert ours[(cond, "v2")].mean == entry.final_score_v2.mean
         refs = {(b.agent, b.grader): b for b in bars if b.kind == "reference" and b.condition == cond}
         assert set(refs) == {(n, g) for n in ("random", "heuristic", "oracle") for g in ("v2", "v3")}
-        assert refs[("oracle", "v3")].mean == entry["references"]["oracle"]["final_score"]
-        assert refs[("random", "v2")].mean == entry["references"]["random"]["final_score_v2"]
+        assert refs[("oracle", "v3")].mean == entry.references["oracle"].final_score
+        assert refs[("random", "v2")].mean == entry.references["random"].final_score_v2
         assert all(b.ci95 is None for b in refs.values())
     published = {(b.agent, b.condition): b.mean for b in bars if b.kind == "published"}
     assert published[("random", "in-dist")] == 0.402 and published[("3B student, SFT+GRPO", "discrete")] == 0.520
@@ -121,7 +122,7 @@ def test_final_score_bars_come_from_the_results(bayes_results: Path, tmp_path: P
     # change an input, the bar follows
     changed = orjson.loads(bayes_results.read_bytes())
     changed["conditions"]["ood"]["final_score"] = {"mean": 0.123, "ci95": [0.1, 0.15]}
-    again = score_bars([(bayes_results, changed)])
+    again = score_bars([(bayes_results, EvalResults.model_validate(changed))])
     bar = next(b for b in again if b.kind == "agent" and b.condition == "ood" and b.grader == "v3")
     assert (bar.mean, bar.ci95) == (0.123, (0.1, 0.15))
 
@@ -149,9 +150,9 @@ def test_belief_curves_are_computed_from_the_episodes(bayes_results: Path, tmp_p
         by_hand = np.mean([np.abs(np.array(r["steps"][5]["belief"]) - t).mean() for r, t in zip(recs, truths, strict=True)])
         assert curve.mean[5] == pytest.approx(by_hand, abs=1e-4)  # beliefs are stored to 4 decimals
         # the last step is what the grader scores, and the prior line is the report's prior
-        entry = res["conditions"][curve.condition]
-        assert curve.mean[-1] == pytest.approx(entry["belief_mae"]["mean"], abs=1e-4)
-        assert curve.prior == pytest.approx(entry["belief_mae_prior"], abs=1e-6)
+        entry = res.conditions[curve.condition]
+        assert curve.mean[-1] == pytest.approx(entry.belief_mae.mean, abs=1e-4)
+        assert curve.prior == pytest.approx(entry.belief_mae_prior, abs=1e-6)
         assert np.all(curve.low <= curve.mean + 1e-12) and np.all(curve.mean <= curve.high + 1e-12)
         assert (curve.stated == 3).all()
     # change one stated belief: the curve follows

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import play
 from rhythm.errors import RhythmError

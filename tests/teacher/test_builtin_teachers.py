@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import play
@@ -72,7 +72,7 @@ def test_baselines_are_deterministic_and_state_no_belief() -> None:
 def test_exploring_bayes_plays_random_actions_but_keeps_its_posterior() -> None:
     """explore=1: every step is a seeded random action, recorded as explored; explore=0 (the default)
     records nothing extra; the belief is the posterior either way, and the run is deterministic."""
-    from rhythm.teacher.agents import BayesAgent, TeacherConfig
+    from rhythm.agents.teachers import BayesAgent, TeacherConfig
 
     specs = [EpisodeSpec("in-dist", "train", s) for s in range(4)]
     plain = play(make_agent("bayes"), specs)

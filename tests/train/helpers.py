@@ -1,14 +1,31 @@
-"""Teacher data for the training tests: real bayes episodes, written as the generate stage writes them."""
+"""Helpers of the training tests: real bayes episodes written as the generate stage writes them, shared
+tiny SFT runs, and ``rhythm`` run in a subprocess against the fake Hub."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.episodes import play
 from rhythm.records import JsonlWriter
+from tests.fakehub import FakeHub
 from tests.shared import locked, shared_dir
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny.yaml")
+
+
+def rhythm(hub: FakeHub, tmp_path: Path, *args: str, token: bool = True, extra_env: dict | None = None):
+    """``rhythm ARGS...`` in a subprocess that talks to the fake Hub; returns (exit code, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(hub.env(tmp_path / "hf-home", token=token), **(extra_env or {}))
+    proc = subprocess.run([sys.executable, "-m", "rhythm.cli.main", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def write_episodes(path: Path, seeds, *, condition: str = "in-dist", agent: str = "bayes") -> list[dict]:

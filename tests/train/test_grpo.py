@@ -4,7 +4,7 @@ every group scored in one state; episode: whole weeks played and graded as eval 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
+from importlib import metadata
 
 import numpy as np
 import orjson
@@ -15,45 +15,11 @@ from rhythm.config import NULL, load_config
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.grader import score_episode
+from rhythm.train.common import read_training_log
 from rhythm.train.grpo import GRPORunConfig, assign_weeks
-from rhythm.train.rewards import action_value_reward, belief_reward, format_reward
-from rhythm.train.sft import read_training_log
+from rhythm.train.grpo.rewards import action_value_reward, belief_reward, format_reward
 
-from .helpers import shared_sft_run, write_episodes
-
-REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = str(REPO / "configs" / "grpo-tiny.yaml")
-
-
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory):
-    path = tmp_path_factory.mktemp("grpo") / "teacher.jsonl"
-    write_episodes(path, range(3))
-    return path
-
-
-SFT_TINY = dict(
-    model_name_or_path="rhythm-tiny", strip_reasoning=True, max_length=1536, lr_scheduler_type="constant",
-    warmup_ratio=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, lora_dropout=0.0, val_fraction=0.0,
-    eval_on_start=False, logging_steps=10, save_steps=1000, bf16=False, gradient_checkpointing=False,
-)
-
-
-@pytest.fixture(scope="session")
-def sft_model(tmp_path_factory, tiny_student) -> Path:
-    """The tiny student SFT-trained as configs/sft-tiny.yaml trains it (every weight, whole weeks of
-    BELIEF/ACTION lines), 30 steps on 3 episodes: most sampled replies parse (measured ~80%), so GRPO
-    groups have rewards that differ. Built once per session, shared by every worker; read-only."""
-    return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft-full", 3, **SFT_TINY, use_peft=False, max_steps=30,
-                          learning_rate=3e-3)
-
-
-@pytest.fixture(scope="session")
-def sft_adapter(tmp_path_factory, tiny_student) -> Path:
-    """A tiny SFT LoRA adapter (the 3B recipe's path), a few steps: for GRPO's adapter plumbing
-    (resume, Hub jobs), not for learning. Built once per session, shared by every worker; read-only."""
-    return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft", 3, **SFT_TINY, max_steps=2, learning_rate=3e-3)
-
+from .helpers import REPO, TINY_CONFIG
 
 FROM_MODEL = ["--set", "adapter=null", "--set", "use_peft=false"]
 """GRPO from a fully trained model (the tiny student's default), given with --model."""
@@ -105,7 +71,7 @@ def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, messa
 
 
 def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
-    args = ["grpo", "--config", str(REPO / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
+    args = ["grpo", "--config", str(REPO / "rhythm" / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
             "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "data_repo=tester/rhythm-teacher"]
     code, out, err = run_cli(*args, "--dry-run")
     assert code == 0, err
@@ -121,11 +87,11 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     # the committed files: a job script that runs the grpo stage, and a config the stage itself accepts
     from rhythm.train.jobs import plan_job
 
-    cfg = load_config(GRPORunConfig, REPO / "configs" / "grpo.yaml", {"adapter": "tester/rhythm-sft", "data": str(teacher)})
+    cfg = load_config(GRPORunConfig, REPO / "rhythm" / "configs" / "grpo.yaml", {"adapter": "tester/rhythm-sft", "data": str(teacher)})
     plan = plan_job("grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
                     flavor="a10g-large", timeout=cfg.timeout)
     assert 'STAGE = "grpo"' in plan.files["rhythm_job/run.py"].decode()
-    assert "rhythm_job/src/rhythm/train/grpo.py" in plan.files and "rhythm_job/src/rhythm/train/rewards.py" in plan.files
+    assert "rhythm_job/src/rhythm/train/grpo/__main__.py" in plan.files and "rhythm_job/src/rhythm/train/grpo/rewards.py" in plan.files
     job_cfg = load_config(GRPORunConfig, None, yaml.safe_load(plan.files["rhythm_job/config.yaml"]))
     assert job_cfg.adapter == "tester/rhythm-sft" and job_cfg.data == "teacher.jsonl" and job_cfg.push_to_hub
     assert job_cfg.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct" and job_cfg.flavor is None
@@ -148,7 +114,7 @@ def test_shipped_configs_make_valid_trl_configs(name, tmp_path, teacher):
     from rhythm.train.grpo import episode_batch, grpo_config, resolve_precision, validate
 
     (tmp_path / "adapter").mkdir()
-    cfg = load_config(GRPORunConfig, REPO / "configs" / name, {"adapter": str(tmp_path / "adapter"), "data": str(teacher)})
+    cfg = load_config(GRPORunConfig, REPO / "rhythm" / "configs" / name, {"adapter": str(tmp_path / "adapter"), "data": str(teacher)})
     validate(cfg)
     args = grpo_config(cfg, resolve_precision(cfg, cuda=False))
     assert args.bf16 is False and args.gradient_checkpointing is False and args.num_generations == cfg.num_generations
@@ -245,10 +211,9 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     cfg = load_config(GRPORunConfig, out / "grpo_config.yaml")
     assert cfg.beta == 0.04 and cfg.max_steps == 3 and cfg.model_name_or_path == str(sft_out) and str(cfg.rollout_seeds) == "0"
     assert cfg.adapter is None and cfg.use_peft is False and cfg.strip_reasoning is True
-    assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == "1.16.0"
+    assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == metadata.version("trl")
     assert provenance["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
-    from rhythm.eval.evaluate import ModelOptions
-    from rhythm.eval.model_agent import load_model
+    from rhythm.model.load import ModelOptions, load_model
 
     _, _, source = load_model(str(out), ModelOptions(device="cpu"))
     assert source.adapter is None and source.path == str(out)
@@ -259,7 +224,7 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
     """Two steps of episode mode through ``python -m rhythm.train.grpo`` (the accelerate / Jobs entry):
     each step the student plays two weeks of one person; every trained turn is rewarded with the final
     score of its week, which the grader reproduces from the actions alone."""
-    from rhythm.train.grpo import main
+    from rhythm.train.grpo.__main__ import main
 
     sft_out = sft_model
     out = tmp_path / "episode"

@@ -7,15 +7,15 @@ import numpy as np
 import orjson
 import pytest
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.env.render import METER_HEADER, when
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
-from rhythm.train.grpo_data import (
+from rhythm.train.grpo.data import (
     PromptOptions,
     build_prompts,
     episode_keys,

@@ -11,19 +11,11 @@ import sys
 import orjson
 import pytest
 
-from ..fakehub import FakeHub
-from .test_grpo import TINY_CONFIG, sft_adapter, teacher  # noqa: F401  (fixtures)
-from .test_hub import rhythm
-
-
-@pytest.fixture
-def hub():
-    with FakeHub() as h:
-        yield h
+from .helpers import TINY_CONFIG, rhythm
 
 
 @pytest.mark.slow
-def test_job_script_runs_grpo_from_a_hub_adapter_and_pushes(hub, tmp_path, teacher, sft_adapter, rhythm_cache):  # noqa: F811
+def test_job_script_runs_grpo_from_a_hub_adapter_and_pushes(hub, tmp_path, teacher, sft_adapter, rhythm_cache):
     code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(sft_adapter), "--repo", "tester/rhythm-sft",
                           "--repo-type", "model")
     assert code == 0, err

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rhythm.agents import make_agent
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, EPISODE_STEPS
 from rhythm.episodes import play
 from rhythm.errors import RhythmError
-from rhythm.train.rewards import (
+from rhythm.train.grpo.rewards import (
     ROLLOUT_HORIZON,
     action_value_reward,
     belief_reward,

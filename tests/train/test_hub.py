@@ -5,25 +5,11 @@ The CLI runs in a subprocess: ``huggingface_hub`` reads ``HF_ENDPOINT`` once, at
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import orjson
 import pytest
 import yaml
 
-from ..fakehub import FakeHub
-from .helpers import write_episodes
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def hub():
-    with FakeHub() as h:
-        yield h
+from .helpers import rhythm, write_episodes
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +18,6 @@ def teacher(tmp_path_factory):
     records = write_episodes(path, range(6))
     (path.parent / (path.name + ".config.yaml")).write_text("teacher: bayes\nseeds: 0-5\n")
     return path, records
-
-
-def rhythm(hub: FakeHub, tmp_path: Path, *args: str, token: bool = True, extra_env: dict | None = None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    env.update(hub.env(tmp_path / "hf-home", token=token), **(extra_env or {}))
-    proc = subprocess.run([sys.executable, "-m", "rhythm.cli.main", *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_upload_lands_files_and_dataset_card(hub, tmp_path, teacher):

@@ -6,16 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ..fakehub import FakeHub
-from .test_hub import rhythm
+from .helpers import rhythm
 
 DERIVED = "hub repos: model tester/rhythm-sft (default from whoami), data tester/rhythm-teacher (default from whoami)"
-
-
-@pytest.fixture
-def hub():
-    with FakeHub() as h:
-        yield h
 
 
 @pytest.mark.slow

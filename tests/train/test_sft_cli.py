@@ -34,7 +34,8 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, message):
+def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, tiny_student, args, message):
+    # tiny_student: the offline student is built before the command runs (its build writes progress bars)
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(teacher.read_bytes().splitlines()[0] + b"\n{\"schema\": \n")
     args = [a.format(teacher=teacher, broken=broken, tmp=tmp_path, v1=teacher.with_name("v1.jsonl")) for a in args]

@@ -222,9 +222,9 @@ def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_
     from transformers import AutoTokenizer
 
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.teachers import BayesAgent, TeacherConfig
     from rhythm.episodes import play
     from rhythm.records import JsonlWriter
-    from rhythm.teacher.agents import BayesAgent, TeacherConfig
 
     tok = AutoTokenizer.from_pretrained(tiny_student)
     path = tmp_path / "explore.jsonl"

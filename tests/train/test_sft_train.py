@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from rhythm.errors import RhythmError
-from rhythm.train.sft import LOG_NAME, SFTRunConfig, build_trainer, read_training_log, run_sft
+from rhythm.train.common import LOG_NAME, read_training_log
+from rhythm.train.sft import SFTRunConfig, build_trainer, run_sft
 
 from .helpers import shared_sft_run, write_episodes
 

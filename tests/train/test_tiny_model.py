@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rhythm.train.tiny_model import TINY_MODELS, TINY_NAME, TinySpec, number_value, resolve_model
+from rhythm.model.tiny import TINY_MODELS, TINY_NAME, TinySpec, number_value, resolve_model
 
 
 @given(st.integers(0, 100))
@@ -29,7 +29,7 @@ def test_number_value_is_none_for_anything_else(token):
 def test_numeric_init_orders_number_tokens_and_leaves_the_rest(tmp_path, rhythm_cache):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rhythm.train.tiny_model import build_tiny_student
+    from rhythm.model.tiny import build_tiny_student
 
     plain, numeric = tmp_path / "plain", tmp_path / "numeric"
     build_tiny_student(plain, TinySpec(numeric_init=False))

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
+from rhythm.agents.planner import PlannerConfig, action_values
+from rhythm.agents.posterior import ParticlePosterior, PosteriorConfig
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, METER_ABBREV, METERS
 from rhythm.env.dynamics import NEUTRAL_PARAMS, NOISE_SIGMA, make_params
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np, uniform_np
 from rhythm.env.render import when
 from rhythm.protocol import format_ending
-from rhythm.teacher.planner import PlannerConfig, action_values
-from rhythm.teacher.posterior import ParticlePosterior, PosteriorConfig
 
 _PLAN_SALT = np.uint64(0x504C414E)  # "PLAN"
 _EXPLORE_STREAM = 21

@@ -23,20 +23,25 @@ state. Rewards reuse the grader and the planner, so RL and evaluation cannot dis
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
-from rhythm.env.batched import BatchedRhythmEnv
+from rhythm.agents.planner import action_values
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.dynamics import make_params
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np
+from rhythm.episodes import replay
+from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score
 from rhythm.protocol import parse_reply
-from rhythm.teacher.planner import action_values
 
 ROLLOUT_SAMPLES = 16
 ROLLOUT_HORIZON = 8
@@ -64,14 +69,11 @@ def state_values(condition: str, split: str, seed: int, t: int, prefix: tuple[st
     """Expected return of each first action from the state after ``prefix`` (cached per state)."""
     if len(prefix) != t:
         raise ValueError(f"prefix has {len(prefix)} actions but t is {t}")
-    env = BatchedRhythmEnv(condition, split, 1)
-    env.reset(seed=[seed])
-    for name in prefix:
-        env.step_raw(np.array([ACTION_INDEX[name]]))
+    meters = replay(condition, split, [seed], np.array([[ACTION_INDEX[name] for name in prefix]], dtype=np.int64)).final_meters
     profile = sample_profiles(condition, split, np.array([seed]))
     params = make_params(np.repeat(profile, ROLLOUT_SAMPLES, axis=0))
     keys = splitmix64_np(keys_for(condition, split, np.array([seed])) ^ _REWARD_SALT)
-    values = action_values(params, env.state.meters, t, keys, ROLLOUT_HORIZON)[0]
+    values = action_values(params, meters, t, keys, ROLLOUT_HORIZON)[0]
     return tuple(float(v) for v in values)
 
 
@@ -83,7 +85,7 @@ def true_belief(condition: str, split: str, seed: int) -> tuple[float, float, fl
 
 def _column(kwargs: dict[str, Any], name: str, n: int) -> Sequence[Any]:
     if name not in kwargs:
-        raise KeyError(f"reward needs the dataset column {name!r} (see rhythm.train.grpo_data)")
+        raise KeyError(f"reward needs the dataset column {name!r} (see rhythm.train.grpo.data)")
     col = kwargs[name]
     if len(col) != n:
         raise ValueError(f"column {name!r} has {len(col)} values for {n} completions")
@@ -142,9 +144,75 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
 
 def get_reward_funcs(names: Sequence[str]) -> list[RewardFunc]:
     """Reward functions by name (unknown names raise with the valid ones)."""
-    from rhythm.errors import RhythmError
-
     unknown = [n for n in names if n not in REWARD_FUNCS]
     if unknown:
         raise RhythmError(f"unknown reward function(s) {', '.join(unknown)}; expected {', '.join(REWARD_FUNCS)}")
     return [REWARD_FUNCS[n] for n in names]
+
+
+# ---------------------------------------------------------------------------------- reward logging
+
+
+class RewardLog:
+    """Wraps the reward functions so every scored reply is logged (``reward_log.jsonl``).
+
+    The wrappers keep the registry names (TRL logs ``rewards/<name>/mean``). TRL calls them in order
+    on the same batch; when the last one has run, one line per reply is written: the optimizer step
+    it trains (1-based, as in ``training_log.jsonl``), its group, the state, the parsed action and
+    belief, each reward and the weighted total. With several processes each scores its own share of
+    the batch, and rank 0 logs its share.
+    """
+
+    def __init__(self, path: Path | None, names: Sequence[str], weights: Sequence[float] | None,
+                 num_generations: int, log_replies: bool = True) -> None:
+        self.path = path
+        self.names = list(names)
+        self.funcs = get_reward_funcs(self.names)
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.names)
+        self.num_generations = num_generations
+        self.log_replies = log_replies
+        self.batches = 0
+        self._pending: dict[str, list[float]] = {}
+
+    def wrapped(self) -> list[Callable[..., list[float]]]:
+        out = []
+        for name, func in zip(self.names, self.funcs, strict=True):
+            def call(prompts, completions, _name=name, _func=func, **kwargs):
+                values = [float(v) for v in _func(prompts, completions, **kwargs)]
+                self._pending[_name] = values
+                if _name == self.names[-1]:
+                    self._flush(completions, kwargs)
+                return values
+
+            call.__name__ = name
+            call.__qualname__ = name
+            call.__doc__ = func.__doc__
+            out.append(call)
+        return out
+
+    def _flush(self, completions: list[Any], kwargs: dict[str, Any]) -> None:
+        rewards = {n: self._pending.get(n, [math.nan] * len(completions)) for n in self.names}
+        self._pending = {}
+        state = kwargs.get("trainer_state")
+        step = (state.global_step + 1) if state is not None else None
+        totals = [sum(w * rewards[n][i] for n, w in zip(self.names, self.weights, strict=True)) for i in range(len(completions))]
+        self.batches += 1
+        if self.path is None or int(os.environ.get("RANK", "0")) != 0:
+            return
+        lines = []
+        for i, c in enumerate(completions):
+            text = completion_text(c)
+            parsed = parse_reply(text)
+            line: dict[str, Any] = {"step": step, "batch": self.batches, "group": i // self.num_generations}
+            for key in ("condition", "split", "seed", "t", "prefix", "week", "final_score", "final_score_v2"):
+                if key in kwargs:
+                    line[key] = kwargs[key][i]
+            line.update(action=parsed.action_name, parse_ok=parsed.ok,
+                        belief=None if parsed.belief is None else [round(b, 4) for b in parsed.belief],
+                        rewards={n: rewards[n][i] for n in self.names}, reward=totals[i])
+            if self.log_replies:
+                line["reply"] = text
+            lines.append(orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        with self.path.open("ab") as fh:
+            fh.write(b"".join(lines))
+            fh.flush()

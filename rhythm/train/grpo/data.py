@@ -5,7 +5,7 @@ a file or ``-``), and optionally of the student's own rollouts. A row is TRL's c
 ``prompt``, the episode's conversation up to step t with the recorded agent's earlier replies
 (protocol v2, :func:`rhythm.protocol.record_conversation`; with ``strip_reasoning`` those replies are
 cut to their BELIEF/ACTION lines, as a student trained that way writes them), plus the state's
-identity, which the reward functions of :mod:`rhythm.train.rewards` read:
+identity, which the reward functions of :mod:`rhythm.train.grpo.rewards` read:
 
     condition, split, seed   the person (the hidden profile is drawn from these)
     t                        the step (0..27)
@@ -24,7 +24,7 @@ Episode mode: one row per (episode, trained turn) with a placeholder prompt nami
 turn; the real prompts are rendered as :mod:`rhythm.train.grpo` plays the week (see
 :func:`episode_rows`).
 
-    from rhythm.train.grpo_data import PromptOptions, build_prompts
+    from rhythm.train.grpo.data import PromptOptions, build_prompts
     rows, report = build_prompts(["data/teacher_30ep.jsonl"], PromptOptions(every_k_steps=2, max_prompts=256))
 """
 
@@ -39,10 +39,16 @@ from typing import Any
 
 import numpy as np
 
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.model import ModelAgent
 from rhythm.env.constants import ACTION_INDEX, CONDITIONS, EPISODE_STEPS, SPLITS
+from rhythm.episodes import play, replay
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
+from rhythm.seeds import parse_seeds
+from rhythm.train.common import data_paths
+from rhythm.train.grpo.config import GRPORunConfig, has_rollouts, turns_per_week
 
 METER_TOLERANCE = 1e-6
 """How far a recorded meter may sit from its replay (records store full float64 precision)."""
@@ -112,15 +118,8 @@ def episode_actions(record: dict[str, Any], where: str) -> list[str]:
 
 
 def replay_meters(condition: str, split: str, seed: int, actions: Sequence[str]) -> np.ndarray:
-    """Meters after each action ``(len(actions), 5)``, replayed in the batched env."""
-    from rhythm.env.batched import BatchedRhythmEnv
-
-    env = BatchedRhythmEnv(condition, split, 1)
-    env.reset(seed=[seed])
-    out = np.zeros((len(actions), 5))
-    for i, name in enumerate(actions):
-        out[i] = env.step_raw(np.array([ACTION_INDEX[name]])).meters[0]
-    return out
+    """Meters after each action ``(len(actions), 5)``, replayed in the env (:func:`rhythm.episodes.replay`)."""
+    return replay(condition, split, [seed], np.array([[ACTION_INDEX[name] for name in actions]], dtype=np.int64)).meters[0]
 
 
 def check_replay(record: dict[str, Any], where: str, actions: Sequence[str]) -> None:
@@ -238,9 +237,6 @@ def student_rollouts(model: str, specs: Sequence[Any], model_options: Any = None
     ``model`` is what ``rhythm eval --agent model:PATH`` takes (an adapter dir, a model dir, a Hub id).
     Returns episode records (dicts), ready for :func:`build_prompts` ``extra_records``.
     """
-    from rhythm.episodes import play
-    from rhythm.eval.model_agent import ModelAgent
-
     bad = [s for s in specs if s.split != "train"]
     if bad:
         raise RhythmError("student rollouts play train-split seeds only (eval seeds are for rhythm eval)")
@@ -328,3 +324,26 @@ def episode_rows(
     if report is not None:
         _finish(rows, report)
     return rows
+
+
+# ------------------------------------------------------------------------------- a run's rows
+
+
+def rollout_specs(cfg: GRPORunConfig) -> list[Any]:
+    if not has_rollouts(cfg):
+        return []
+    seeds = parse_seeds(str(cfg.rollout_seeds))
+    return [EpisodeSpec(c, "train", s) for c in cfg.rollout_conditions for s in seeds]
+
+
+def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], Any]:
+    """The training rows of either mode and their report (pure Python, no torch)."""
+    paths = data_paths(cfg)
+    if cfg.mode == "step":
+        return build_prompts(paths, PromptOptions(cfg.every_k_steps, cfg.max_prompts, cfg.seed, cfg.strip_reasoning), student_records)
+    keys, report = episode_keys(paths, student_records)
+    rows = episode_rows(keys, every_k_steps=cfg.every_k_steps, max_episodes=cfg.max_episodes, seed=cfg.seed, report=report)
+    people = len(rows) // turns_per_week(cfg)
+    if people < cfg.episodes_per_step:
+        raise RhythmError(f"episodes_per_step is {cfg.episodes_per_step} but the data names only {people} people")
+    return rows, report

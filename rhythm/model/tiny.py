@@ -33,6 +33,14 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.baselines import HeuristicAgent, RandomAgent
+from rhythm.agents.teachers import BayesAgent
+from rhythm.env.constants import ACTIONS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION
+from rhythm.env.render import METER_HEADER, when
+from rhythm.episodes import play
+from rhythm.protocol import FORMAT_REMINDER, SYSTEM_PROMPT
+
 TINY_NAME = "rhythm-tiny"
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -91,17 +99,11 @@ def cache_dir() -> Path:
 
 def protocol_corpus(spec: TinySpec) -> list[str]:
     """Deterministic protocol text: the system prompt, observations and replies of built-in agents."""
-    from rhythm.agents import make_agent
-    from rhythm.agents.base import EpisodeSpec
-    from rhythm.env.constants import CONDITIONS
-    from rhythm.episodes import play
-    from rhythm.protocol import FORMAT_REMINDER, SYSTEM_PROMPT
-
     texts = [SYSTEM_PROMPT, FORMAT_REMINDER]
     for condition in CONDITIONS:
         specs = [EpisodeSpec(condition, "train", s) for s in range(spec.corpus_episodes)]
-        for agent in ("bayes", "heuristic", "random"):
-            for rec in play(make_agent(agent), specs):
+        for make in (BayesAgent, HeuristicAgent, RandomAgent):
+            for rec in play(make(), specs):
                 for step in rec.steps:
                     texts.append(step.observation)
                     texts.append(step.response)
@@ -110,10 +112,6 @@ def protocol_corpus(spec: TinySpec) -> list[str]:
 
 def protocol_tokens() -> list[str]:
     """The strings the tiny tokenizer keeps whole: numbers, actions and the scaffolding of a turn."""
-    from rhythm.env.constants import ACTIONS, EPISODE_STEPS
-    from rhythm.env.render import METER_HEADER, when
-    from rhythm.protocol import SYSTEM_PROMPT
-
     values = [f"{i / 100:.2f}" for i in range(101)]
     signed = [f"{s}{i / 100:.2f}" for i in range(51) for s in "+-"]
     words = [*values, *signed, *ACTIONS]
@@ -238,8 +236,6 @@ def numeric_embeddings(model, tokenizer) -> int:
 
 def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
     """The cached tiny student, built on first use (atomically, so parallel callers are safe)."""
-    from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
-
     tokens = hashlib.sha256("\x00".join(protocol_tokens()).encode()).hexdigest()
     template = hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()
     payload = {"spec": asdict(spec), "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "tokens": tokens, "template": template, "v": 2}

@@ -1,44 +1,54 @@
-"""The student as an agent: a causal LM that plays the benchmark through the text protocol.
+"""Load a causal LM for the protocol: ``load_model(path, options)`` is the one loader behind ``model:PATH``
+agents and GRPO's policy.
 
-Run it with ``rhythm eval --agent model:PATH``. PATH is a local directory, a Hub id, or ``rhythm-tiny``
-(the offline tiny student). A directory (or Hub repo) holding ``adapter_config.json`` is a PEFT LoRA
-adapter: it is loaded onto its base model (``ModelOptions.base_model``, else the adapter's own
-``base_model_name_or_path``) and merged for inference. The tokenizer comes from the adapter when it
-ships one, else from the base.
-
-Protocol v2: each episode is one conversation, and all live episodes advance in lockstep (in chunks
-of ``ModelOptions.batch_size``), each chunk keeping its key/value cache for the whole week
-(:class:`rhythm.model.lockstep.LockstepChat`): a step prefills only the new turn and decodes the
-reply, so a week costs one pass over its tokens instead of 28. Greedy unless ``do_sample`` is set
-(then seeded per step, so a run is reproducible); replies equal a loop that re-encodes the whole
-conversation every step (tested). Decoding settings come from ``ModelOptions`` alone (no repetition penalty or sampling defaults
-from a model card). Replies go through
-:func:`rhythm.protocol.parse_reply`; a reply that never parses gets the fallback action and counts
-as a parse failure, never an error. bf16 on a CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is
-picked automatically (cuda > mps > cpu) unless ``ModelOptions.device`` names one.
+PATH is a local directory, a Hub id, or ``rhythm-tiny`` (the offline tiny student, :mod:`rhythm.model.tiny`).
+A directory (or Hub repo) holding ``adapter_config.json`` is a PEFT LoRA adapter: it is loaded onto its
+base model (``ModelOptions.base_model``, else the adapter's own ``base_model_name_or_path``) and merged
+for inference. The tokenizer comes from the adapter when it ships one, else from the base. bf16 on a
+CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is picked automatically (cuda > mps > cpu) unless
+``ModelOptions.device`` names one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
 from rhythm.errors import RhythmError
-from rhythm.protocol import parse_reply
+from rhythm.model.tiny import TINY_MODELS, TINY_NAME, resolve_model, tiny_student_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-    from rhythm.eval.evaluate import ModelOptions
 
 ADAPTER_CONFIG = "adapter_config.json"
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 """End-of-turn markers of common chat templates; any that the tokenizer knows also stops generation."""
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How ``model:PATH`` agents generate (see :mod:`rhythm.agents.model`)."""
+
+    batch_size: int = 64
+    """Episodes per lockstep batch (one key/value cache each, kept for the whole week)."""
+    max_new_tokens: int = 160
+    """Reply budget per step (the protocol lines alone are ~12 tokens of the tiny tokenizer)."""
+    do_sample: bool = False
+    """Greedy by default; set true (with temperature/top_p) to sample."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    device: str = "auto"
+    """auto: cuda if available, else mps, else cpu."""
+    dtype: str = "auto"
+    """auto: bfloat16 on GPU, float32 on CPU."""
+    base_model: str | None = None
+    """Base model of a LoRA adapter; default: the adapter's own ``base_model_name_or_path``."""
+    seed: int = 0
+    """Sampling seed (only used with do_sample); each step's generate is seeded from it and the episodes."""
 
 
 @dataclass
@@ -92,7 +102,7 @@ def pick_dtype(requested: str, device: str) -> torch.dtype:
     return names[requested]
 
 
-def _looks_local(path: str) -> bool:
+def looks_local(path: str) -> bool:
     """A path that cannot be a Hub id (``org/name`` or ``name``)."""
     return path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
 
@@ -128,8 +138,6 @@ def resolve_base(name: str) -> str:
     ``rhythm-tiny`` is the cached tiny student; so is a missing path whose folder name is the tiny
     student's (an adapter trained on another machine or in another cache records that machine's path).
     """
-    from rhythm.train.tiny_model import TINY_MODELS, TINY_NAME, resolve_model, tiny_student_path
-
     if name in TINY_MODELS:
         return resolve_model(name)
     local = Path(name).expanduser()
@@ -153,7 +161,7 @@ def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]
     if not path:
         raise RhythmError("model agent needs a path or Hub id, e.g. model:runs/sft/adapter or model:rhythm-tiny")
     resolved = resolve_base(path)
-    if _looks_local(resolved) and not Path(resolved).expanduser().exists():
+    if looks_local(resolved) and not Path(resolved).expanduser().exists():
         raise RhythmError(f"model path not found: {path}")
     device = pick_device(options.device)
     dtype = pick_dtype(options.dtype, device)
@@ -177,21 +185,8 @@ def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]
             "(a Hub id needs the network or a copy in the HF cache; a local path must exist)"
         ) from None
     if adapter is not None:
-        import warnings
-
-        from peft import PeftModel
-
-        try:
-            with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
-                warnings.simplefilter("ignore", FutureWarning)
-                model = PeftModel.from_pretrained(model, resolved).merge_and_unload()
-        except (OSError, ValueError, RuntimeError, KeyError) as err:
-            raise RhythmError(f"cannot load LoRA adapter {path!r} onto {base!r}: {str(err).splitlines()[0]}") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise RhythmError(f"tokenizer of {tok_source!r} has no chat template; the protocol needs one")
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        model = load_adapter(model, resolved, name=path, base=base, trainable=False)
+    finish_tokenizer(tokenizer, tok_source)
     model.to(device)
     model.eval()
     source = ModelSource(
@@ -199,6 +194,31 @@ def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]
         tokenizer=tok_source, device=device, dtype=str(dtype).removeprefix("torch."),
     )
     return model, tokenizer, source
+
+
+def load_adapter(model: Any, adapter: str, *, name: str, base: str, trainable: bool) -> Any:
+    """A PEFT LoRA adapter onto its loaded base: trainable (GRPO), or merged into it for inference."""
+    from peft import PeftModel
+
+    try:
+        with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
+            warnings.simplefilter("ignore", FutureWarning)
+            if trainable:
+                return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+            return PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as err:
+        raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r}: {str(err).splitlines()[0]}") from None
+
+
+def finish_tokenizer(tokenizer: Any, source: str) -> Any:
+    """What the protocol needs of a tokenizer: a chat template, left padding (batched generation and
+    GRPOTrainer) and a pad token (the eos token when it has none)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise RhythmError(f"tokenizer of {source!r} has no chat template; the protocol needs one")
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -213,69 +233,3 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     vocab = tokenizer.get_vocab()
     ids.extend(int(vocab[t]) for t in END_OF_TURN_TOKENS if t in vocab)
     return sorted(set(ids))
-
-
-def _step_seed(seed: int, episodes: list[EpisodeSpec], t: int, chunk: int) -> int:
-    key = f"{seed}|{t}|{chunk}|" + ",".join(f"{e.condition}/{e.split}/{e.seed}" for e in episodes)
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
-def decision_of(turn: Any) -> Decision:
-    """A generated reply (:class:`rhythm.model.lockstep.Turn`) as the agent's decision, parsed by the protocol."""
-    parsed = parse_reply(turn.text)
-    usage = {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids)}
-    return Decision(action=parsed.action, belief=parsed.belief, text=turn.text, parse_ok=parsed.ok, usage=usage)
-
-
-class ModelAgent:
-    """``model:PATH``: a causal LM playing every live episode as one conversation, in lockstep batches
-    whose key/value caches persist across the week (:class:`rhythm.model.lockstep.LockstepChat`)."""
-
-    def __init__(self, path: str, options: ModelOptions | None = None) -> None:
-        from rhythm.eval.evaluate import ModelOptions
-
-        self.options = options or ModelOptions()
-        if self.options.batch_size < 1:
-            raise RhythmError(f"model.batch_size must be >= 1, got {self.options.batch_size}")
-        if self.options.max_new_tokens < 1:
-            raise RhythmError(f"model.max_new_tokens must be >= 1, got {self.options.max_new_tokens}")
-        self.name = f"model:{path}"
-        self.model, self.tokenizer, self.source = load_model(path, self.options)
-        self.stop_ids = stop_token_ids(self.model, self.tokenizer)
-        self.episodes: list[EpisodeSpec] = []
-        self.engines: list[Any] = []
-
-    def _engine(self) -> Any:
-        from rhythm.model.lockstep import LockstepChat
-
-        o = self.options
-        return LockstepChat(self.model, self.tokenizer, stop_ids=self.stop_ids, max_new_tokens=o.max_new_tokens,
-                            do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p)
-
-    def reset(self, episodes: list[EpisodeSpec]) -> None:
-        self.episodes = list(episodes)
-        size = self.options.batch_size
-        self.engines = []
-        for start in range(0, len(self.episodes), size):
-            engine = self._engine()
-            engine.reset(len(self.episodes[start : start + size]))
-            self.engines.append(engine)
-
-    @property
-    def calls(self) -> int:
-        """Forward passes so far (for tests and benchmarks)."""
-        return sum(e.forward_calls for e in self.engines)
-
-    def act(self, obs: BatchObservation) -> list[Decision]:
-        import torch
-
-        size = self.options.batch_size
-        decisions: list[Decision] = []
-        for chunk, engine in enumerate(self.engines):
-            start = chunk * size
-            convs = [obs.conversation(i) for i in range(start, start + engine.n)]
-            generator = None
-            if self.options.do_sample:
-                generator = torch.Generator(device="cpu").manual_seed(_step_seed(self.options.seed, self.episodes[start : start + engine.n], obs.t, chunk))
-            decisions.extend(decision_of(turn) for turn in engine.step(convs, generator=generator))
-        return decisions

@@ -3,7 +3,7 @@
 a spending cap, and secrets kept out of everything written.
 
 Used by ``rhythm generate --teacher openai|azure`` (:mod:`rhythm.teacher.llm_generate`) and by the
-``openai:MODEL`` / ``azure:DEPLOYMENT`` agents of ``rhythm eval`` (:mod:`rhythm.teacher.llm_agent`).
+``openai:MODEL`` / ``azure:DEPLOYMENT`` agents of ``rhythm eval`` (:mod:`rhythm.agents.llm`).
 
 - OpenAI-compatible: ``AsyncOpenAI(base_url=...)``; the key comes from ``OPENAI_API_KEY`` (a server
   given by ``base_url`` may need none).

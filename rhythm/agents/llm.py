@@ -2,7 +2,7 @@
 ``--agent azure:DEPLOYMENT``, configured by the eval config's ``llm`` section (``--set
 llm.base_url=...``, ``--set llm.endpoint=...``).
 
-The agent plays the same protocol as the LLM teacher (:func:`rhythm.teacher.llm_client.ask`: one
+The agent plays the same protocol as the LLM teacher (:func:`rhythm.model.llm_client.ask`: one
 request per step carrying the week's conversation so far, ``llm.history_turns`` to keep only the last
 K steps; one re-ask on a reply without a valid action, then the fallback) through the same client. At each step the requests of every live episode go out together, at most
 ``llm.concurrency`` at a time, on an event loop the agent owns in a background thread (so ``act`` is a
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
 from rhythm.errors import RhythmError
-from rhythm.teacher.llm_client import (
+from rhythm.model.llm_client import (
     BudgetReached,
     ChatClient,
     CostMeter,

@@ -1,0 +1,89 @@
+"""What every ``rhythm generate`` run shares, whoever teaches: its config, its summary, and the output
+it writes to (resume, the config sidecar)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rhythm.agents.teachers import TeacherConfig
+from rhythm.config import write_config
+from rhythm.model.llm_client import LLMConfig
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.records import JsonlWriter, done_keys
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """``rhythm generate``: who teaches, which episodes, where they go."""
+
+    teacher: str = "bayes"
+    """bayes (default, offline) | oracle | planner | heuristic | random | openai | azure"""
+    seeds: str = "0-29"
+    """Train-split seeds to play, e.g. 0-29 or 0,5,9."""
+    condition: str = "in-dist"
+    """in-dist | ood | discrete"""
+    split: str = "train"
+    """train (default; eval seeds are for rhythm eval) or eval."""
+    output: str = "data/teacher_30ep.jsonl"
+    """JSONL file, or - for stdout."""
+    concurrency: int = 1
+    """Worker processes for CPU teachers; episodes in flight for openai / azure teachers."""
+    chunk: int = 16
+    """Episodes a CPU worker plays in lockstep per task (numpy batches them)."""
+    resume: bool = False
+    """Skip seeds already in the output and repair a torn last line."""
+    teacher_options: TeacherConfig = field(default_factory=TeacherConfig)
+    """Particle filter and planner settings of bayes / oracle / planner."""
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    """Endpoint, model, retries, request fields, prices and budget of openai / azure teachers."""
+
+
+@dataclass
+class GenerateSummary:
+    episodes: int = 0
+    skipped: int = 0
+    repaired_bytes: int = 0
+    parse_failures: int = 0
+    steps: int = 0
+    mean_final_score: float | None = None
+    seconds: float = 0.0
+    output: str = ""
+    failed: int = 0
+    """Episodes that could not finish (API teachers); they are not in the output."""
+    stopped: str | None = None
+    """Why the run stopped before playing every seed (API teachers: budget, endpoint down)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sidecar_path(output: str | Path) -> Path:
+    return Path(str(output) + ".config.yaml")
+
+
+@contextmanager
+def open_output(
+    cfg: GenerateConfig,
+    seeds: list[int],
+    recorded: Any,
+    chash: str,
+    on_total: Callable[[int], None] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Iterator[tuple[JsonlWriter, list[int], GenerateSummary]]:
+    """Open the output for a generate run (every teacher): skip seeds already there on ``--resume``,
+    write the effective config ``recorded`` beside a file output, and yield the writer, the seeds still
+    to play and the summary to fill."""
+    out_path = None if cfg.output == "-" else Path(cfg.output)
+    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
+    todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
+    summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
+    if on_total:
+        on_total(len(todo))
+    with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
+        summary.repaired_bytes = writer.repaired
+        if out_path is not None:
+            provenance = {"versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash}
+            write_config(recorded, sidecar_path(out_path), {**provenance, **(extra or {})})
+        yield writer, todo, summary

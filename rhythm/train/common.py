@@ -1,0 +1,263 @@
+"""What SFT and GRPO share: the config fields both runs have (:class:`TrainRunConfig`), and the pieces
+of a TRL run built from them (precision, output folder, resume, LoRA, log streaming, trainer
+arguments, the ``python -m`` entry that ``accelerate launch`` and Hugging Face Jobs run).
+
+Heavy imports (torch, transformers, TRL, PEFT) happen inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import orjson
+
+from rhythm.config import load_config
+from rhythm.errors import RhythmError
+
+LOG_NAME = "training_log.jsonl"
+QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+Auto = Union[bool, Literal["auto"]]
+C = TypeVar("C", bound="TrainRunConfig")
+
+
+@dataclass(frozen=True)
+class TrainRunConfig:
+    """The fields ``rhythm sft`` and ``rhythm grpo`` share (names follow TRL's where one exists); each
+    stage's config adds its own and sets its defaults (``SFTRunConfig``, ``GRPORunConfig``)."""
+
+    # --- model
+    dtype: str = "auto"
+    """Weights dtype when loading: auto (bfloat16 when bf16 is on, else float32) | bfloat16 | float16 | float32."""
+    attn_implementation: str | None = None
+    """eager | sdpa | flash_attention_2 (None: the transformers default, sdpa)."""
+    # --- data
+    data: str = "data/teacher_30ep.jsonl"
+    """Teacher episodes JSONL; several files separated by commas; - reads stdin."""
+    # --- optimisation
+    warmup_ratio: float = 0.03
+    """Share of the steps spent warming the learning rate up from 0."""
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    bf16: Auto = "auto"
+    """bfloat16 mixed precision; auto = on when CUDA is available (it is ~5x slower on CPU)."""
+    gradient_checkpointing: Auto = "auto"
+    """Recompute activations to save memory; auto = on with CUDA, off on CPU (~3x slower there)."""
+    seed: int = 0
+    """Seeds the adapter init, the data order and every seeded subset or split."""
+    # --- LoRA (PEFT; GRPO: a fresh adapter only, a loaded adapter keeps its own shape)
+    use_peft: bool = True
+    """Train a LoRA adapter; false = full fine-tuning (saves the whole model)."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] = field(default_factory=lambda: list(QWEN_LINEAR))
+    """Modules that get adapters (names inside the model); [all-linear] = every linear layer but the LM head."""
+    # --- logging, checkpoints
+    save_total_limit: int | None = 2
+    """Checkpoints kept on disk (oldest deleted)."""
+    overwrite_output_dir: bool = False
+    """Start afresh in an output_dir that already holds a run (its checkpoints and log are deleted)."""
+    resume_from_checkpoint: Union[bool, str, None] = None
+    """latest (or true) = the newest checkpoint-N in output_dir; or a checkpoint path."""
+    report_to: str = "none"
+    """Trackers for transformers (none | trackio | wandb | tensorboard ...)."""
+    # --- Hub and Hugging Face Jobs
+    push_to_hub: bool = False
+    """Upload the trained result, tokenizer, config and log to hub_model_id at the end."""
+    hub_model_id: str | None = None
+    """Model repo for the result (user/name); with push_to_hub or a flavor it defaults to YOU/rhythm-STAGE (whoami)."""
+    hub_private: bool = True
+    """Create hub_model_id as a private repo when it does not exist."""
+    flavor: str | None = None
+    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, a100-large, h100 ...); None = run here."""
+    data_repo: str | None = None
+    """Jobs: dataset repo holding the data files (local files named in data are uploaded there first);
+    defaults to YOU/rhythm-teacher (whoami)."""
+    namespace: str | None = None
+    """Jobs: namespace to run the job in (default: hub_model_id's owner)."""
+
+
+def data_paths(cfg: TrainRunConfig) -> list[str]:
+    """The files of ``cfg.data`` (comma-separated)."""
+    return [p.strip() for p in cfg.data.split(",") if p.strip()]
+
+
+def check_hub_and_data(cfg: TrainRunConfig) -> None:
+    """The checks both stages end with: a push needs its repo, and a local run needs its data files."""
+    if cfg.push_to_hub and not cfg.hub_model_id:
+        raise RhythmError("push_to_hub needs hub_model_id (user/name)")
+    if cfg.flavor is None:
+        for path in data_paths(cfg):
+            if path != "-" and not Path(path).is_file():
+                raise RhythmError(f"file not found: {path}")
+
+
+def resolve_precision(cfg: TrainRunConfig, cuda: bool) -> dict[str, Any]:
+    """Turn the ``auto`` settings into concrete ones for this machine."""
+    bf16 = cuda if cfg.bf16 == "auto" else bool(cfg.bf16)
+    gc = cuda if cfg.gradient_checkpointing == "auto" else bool(cfg.gradient_checkpointing)
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if bf16 else "float32")
+    return {"bf16": bf16, "gradient_checkpointing": gc, "dtype": dtype, "device": "cuda" if cuda else "cpu"}
+
+
+def resume_path(cfg: Any) -> str | None:
+    """The checkpoint ``resume_from_checkpoint`` names (latest = the newest ``checkpoint-N``), or None."""
+    value = cfg.resume_from_checkpoint
+    if value in (None, False, "", "none", "None", "false"):
+        return None
+    if value is True or str(value).lower() in ("latest", "last", "true"):
+        out = Path(cfg.output_dir)
+        steps = [int(m.group(1)) for p in (out.iterdir() if out.is_dir() else [])
+                 if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
+        if not steps:
+            raise RhythmError(f"no checkpoint-N folder in {cfg.output_dir} to resume from")
+        return str(out / f"checkpoint-{max(steps)}")
+    path = Path(str(value))
+    if not (path / "trainer_state.json").is_file():
+        raise RhythmError(f"not a checkpoint folder (no trainer_state.json): {path}")
+    return str(path)
+
+
+def prepare_output_dir(cfg: Any, resuming: bool) -> Path:
+    """Create ``output_dir``; a folder holding an earlier run needs resuming or ``overwrite_output_dir``."""
+    out = Path(cfg.output_dir)
+    previous = out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists())
+    if previous and not resuming:
+        if not cfg.overwrite_output_dir:
+            raise RhythmError(
+                f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
+                "pass overwrite_output_dir=true, or choose another output_dir"
+            )
+        for ckpt in out.glob("checkpoint-*"):
+            shutil.rmtree(ckpt, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def make_log_callback(path: str | Path, stage: str = "sft"):
+    """A ``TrainerCallback`` that streams ``state.log_history`` to JSONL, one flushed line per entry.
+
+    At train begin the file is rewritten from the (possibly resumed) history, so after a resume it
+    holds exactly the checkpoint's history followed by the new entries.
+    """
+    from transformers import TrainerCallback
+
+    class JsonlLogCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.path = Path(path)
+            self.written = 0
+
+        def _write(self, entries: list[dict[str, Any]], mode: str) -> None:
+            with self.path.open(mode + "b") as fh:
+                for entry in entries:
+                    fh.write(orjson.dumps({**entry, "stage": stage}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self._write(list(state.log_history), "w")
+                self.written = len(state.log_history)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and len(state.log_history) > self.written:
+                self._write(state.log_history[self.written :], "a")
+                self.written = len(state.log_history)
+
+    return JsonlLogCallback()
+
+
+def read_training_log(path: str | Path) -> list[dict[str, Any]]:
+    """The entries of a ``training_log.jsonl`` (any stage)."""
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+
+
+def series(history: list[dict[str, Any]], key: str) -> list[float]:
+    """The finite values of ``key`` in a TRL log history, in order."""
+    return [float(e[key]) for e in history if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
+
+
+def peft_config(cfg: TrainRunConfig):
+    """A fresh LoRA adapter's ``LoraConfig``."""
+    from peft import LoraConfig
+
+    targets: Any = cfg.lora_target_modules
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` both stages set alike (TRL's ``SFTConfig`` and ``GRPOConfig`` add their own)."""
+    return dict(
+        output_dir=cfg.output_dir,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5 reads warmup_steps < 1 as a share of the steps (no warmup_ratio)
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        bf16=resolved["bf16"],
+        gradient_checkpointing=resolved["gradient_checkpointing"],
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        report_to=cfg.report_to,
+        disable_tqdm=quiet,
+        dataloader_pin_memory=resolved["device"] == "cuda",
+        use_cpu=resolved["device"] == "cpu",  # also what makes torchrun/accelerate on CPU run DDP over gloo
+        push_to_hub=False,  # pushed once at the end by rhythm.train.hub, never from inside the loop
+    )
+
+
+def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
+               printed: Callable[[dict[str, Any]], dict[str, Any]], doc: str | None = None) -> int:
+    """``python -m rhythm.train.STAGE [--config FILE] [key=value ...]``: the entry ``accelerate launch`` and
+    Hugging Face Jobs run. Prints ``printed(summary)`` as one JSON line (rank 0 only)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m rhythm.train.{stage}", description=doc)
+    parser.add_argument("--config", "-c", default=None, help=f"YAML config (fields of {cls.__name__})")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides (the command line wins)")
+    ns = parser.parse_args(argv)
+    try:
+        cfg = load_config(cls, ns.config, ns.overrides)
+        if cfg.flavor:
+            cfg = replace(cfg, flavor=None)  # already where it should run
+        summary = run(cfg, quiet=ns.quiet)
+    except RhythmError as err:
+        print(f"rhythm {stage}: error: {err}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:  # one summary line, not one per process
+        sys.stdout.write(orjson.dumps(printed(summary)).decode() + "\n")
+    return 0
+
+
+def without(keys: Collection[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """``printed`` for :func:`entry_main`: the summary less ``keys``."""
+    return lambda summary: {k: v for k, v in summary.items() if k not in keys}

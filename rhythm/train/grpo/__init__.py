@@ -1,0 +1,16 @@
+"""GRPO refinement of the SFT student with rewards from the benchmark itself (``rhythm grpo``): a small
+package, read top to bottom as :mod:`~rhythm.train.grpo.config` (settings and checks),
+:mod:`~rhythm.train.grpo.data` (prompts and the people played), :mod:`~rhythm.train.grpo.rewards`
+(reward functions by name, reward log), :mod:`~rhythm.train.grpo.rollout` (episode mode's weeks) and
+:mod:`~rhythm.train.grpo.trainer` (policy, TRL ``GRPOTrainer``, the run; its docstring tells the
+recipe). ``python -m rhythm.train.grpo`` is the entry ``accelerate launch`` and Hugging Face Jobs run.
+"""
+
+from rhythm.train.grpo.config import GRPORunConfig, data_paths, episode_batch, turns_per_week, validate
+from rhythm.train.grpo.rollout import assign_weeks
+from rhythm.train.grpo.trainer import build_trainer, grpo_config, load_policy, resolve_precision, run_grpo
+
+__all__ = [
+    "GRPORunConfig", "assign_weeks", "build_trainer", "data_paths", "episode_batch", "grpo_config", "load_policy",
+    "resolve_precision", "run_grpo", "turns_per_week", "validate",
+]

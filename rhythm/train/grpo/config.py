@@ -1,0 +1,207 @@
+"""``rhythm grpo``'s settings (:class:`GRPORunConfig`) and the checks run before anything heavy starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
+from rhythm.errors import RhythmError
+from rhythm.model.load import looks_local
+from rhythm.seeds import parse_seeds
+from rhythm.train.common import TrainRunConfig, check_hub_and_data, data_paths
+from rhythm.train.grpo.rewards import REWARD_FUNCS
+
+MODES = ("step", "episode")
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")
+
+
+@dataclass(frozen=True)
+class GRPORunConfig(TrainRunConfig):
+    """``rhythm grpo``: field names follow TRL's ``GRPOConfig`` where one exists; the fields it shares with
+    SFT come from :class:`rhythm.train.common.TrainRunConfig`. ``data``: step mode, its states are the
+    prompts; episode mode, its (condition, split, seed) are the people played.
+
+    The defaults are the real recipe (``configs/grpo.yaml``); ``configs/grpo-tiny.yaml`` is the CPU one.
+    """
+
+    # --- model
+    adapter: str | None = "runs/sft-qwen2.5-3b"
+    """SFT LoRA adapter to refine (a folder, or a Hub repo id); loaded onto its base with is_trainable=True.
+    None = train a fresh LoRA on model_name_or_path."""
+    model_name_or_path: str | None = None
+    """Base model (Hub id, path or rhythm-tiny); None = the base recorded in the adapter's adapter_config.json."""
+    # --- prompts
+    mode: str = "step"
+    """step: one prompt per recorded state, rewards from reward_funcs; episode: the student plays whole
+    weeks, each reply rewarded with its week's final score."""
+    every_k_steps: int = 1
+    """Step mode: keep every k-th step of each episode (seeded offset per episode). Episode mode: train on
+    every k-th turn of each week (every turn is still played)."""
+    max_prompts: int | None = None
+    """Step mode: at most this many prompts, a seeded random subset (None = all)."""
+    max_episodes: int | None = None
+    """Episode mode: at most this many people, in a seeded order (None = all in data)."""
+    episodes_per_step: int = 1
+    """Episode mode: people per generation batch (each plays num_generations weeks)."""
+    rollout_seeds: Union[str, int, None] = None
+    """Also use the student's own rollouts: train-split seeds it plays first (e.g. 1000-1029; None = none).
+    Step mode: their states join the prompts; episode mode: those people join the ones played."""
+    rollout_conditions: list[str] = field(default_factory=lambda: ["in-dist"])
+    """Conditions of the student's rollouts."""
+    strip_reasoning: bool = False
+    """Step mode: earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
+    # --- GRPO
+    num_generations: int = 8
+    """Replies sampled per prompt (the group GRPO normalises rewards within); >= 2."""
+    max_completion_length: int = 384
+    """Reply budget in tokens (a Qwen2.5 teacher-style reply is ~150-250 tokens)."""
+    temperature: float = 1.0
+    """Sampling temperature of the replies (the loss uses the same one)."""
+    top_p: float = 1.0
+    reward_funcs: list[str] = field(default_factory=lambda: ["format", "belief", "action_value"])
+    """Reward functions by name (rhythm.train.grpo.rewards.REWARD_FUNCS): format, belief, action_value, final_score."""
+    reward_weights: list[float] | None = field(default_factory=lambda: [0.2, 0.25, 1.0])
+    """One weight per reward function (None = all 1); the reward is their weighted sum."""
+    beta: float = 0.0
+    """KL coefficient against the starting adapter (TRL keeps a frozen copy named 'ref'); 0 = no KL term."""
+    loss_type: str = "dapo"
+    """grpo | dapo | dr_grpo | bnpo | cispo | sapo | vespo (TRL's; dapo normalises by the tokens in the batch)."""
+    epsilon: float = 0.2
+    """PPO-style clipping of the importance ratio."""
+    scale_rewards: str = "group"
+    """group | batch | none: divide advantages by the reward std of the group / the batch / not at all."""
+    num_iterations: int = 1
+    """Optimisation passes per generated batch (mu in the GRPO paper)."""
+    mask_truncated_completions: bool = False
+    """Leave replies cut off at max_completion_length out of the loss."""
+    use_vllm: bool = False
+    """Generate with vLLM (step mode; needs vllm installed and a GPU)."""
+    vllm_mode: str = "colocate"
+    """colocate (vLLM shares the training GPU) | server (trl vllm-serve elsewhere)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Colocate: share of GPU memory vLLM may take."""
+    # --- optimisation
+    max_steps: int = 300
+    """Optimizer steps; -1 = derive from num_train_epochs."""
+    num_train_epochs: float = 1.0
+    """Passes over the prompts (used only when max_steps is -1)."""
+    learning_rate: float = 1e-5
+    """Peak learning rate (LoRA: ~1e-5..5e-5; TRL's default 1e-6 is for full fine-tuning)."""
+    lr_scheduler_type: str = "constant_with_warmup"
+    per_device_train_batch_size: int = 8
+    """Completions (not prompts) per device per forward pass."""
+    gradient_accumulation_steps: int = 2
+    """Step mode: forward passes per optimizer step. Episode mode derives it (one batch of weeks per step)."""
+    generation_batch_size: int | None = None
+    """Step mode: completions generated at once (None = per_device_train_batch_size x gradient_accumulation_steps
+    x devices); must be divisible by num_generations. Episode mode derives it."""
+    # --- logging, checkpoints
+    logging_steps: int = 5
+    """Loss, rewards per function, lengths every N steps."""
+    save_steps: int = 50
+    output_dir: str = "runs/grpo"
+    """Adapter, tokenizer, checkpoints, training_log.jsonl, reward_log.jsonl and the effective config."""
+    log_replies: bool = True
+    """Write every reply's text into reward_log.jsonl (false: state, action and rewards only)."""
+    # --- Hub and Hugging Face Jobs
+    timeout: str = "4h"
+
+
+def _adapter_looks_local(path: str) -> bool:
+    """An adapter name that means a folder here: a path (:func:`rhythm.model.load.looks_local`), a name
+    without an owner, something that exists, or a name whose first part is a folder here."""
+    return looks_local(path) or "/" not in path or Path(path).expanduser().exists() or Path(path.split("/")[0]).is_dir()
+
+
+def validate(cfg: GRPORunConfig) -> None:
+    """Cheap checks before anything heavy is imported or launched."""
+    if cfg.mode not in MODES:
+        raise RhythmError(f"mode must be step or episode, got {cfg.mode!r}")
+    if not data_paths(cfg) and not has_rollouts(cfg):
+        raise RhythmError("no data given; pass --data FILE (teacher episodes JSONL) or rollout_seeds")
+    if not cfg.adapter and not cfg.model_name_or_path:
+        raise RhythmError("no model: pass --adapter DIR (the SFT adapter) or --model NAME")
+    unknown = [n for n in cfg.reward_funcs if n not in REWARD_FUNCS]
+    if unknown:
+        raise RhythmError(f"unknown reward function(s) {', '.join(unknown)}; expected {', '.join(REWARD_FUNCS)}")
+    if not cfg.reward_funcs:
+        raise RhythmError("reward_funcs is empty; name at least one of " + ", ".join(REWARD_FUNCS))
+    if "final_score" in cfg.reward_funcs and cfg.mode != "episode":
+        raise RhythmError("reward final_score is the score of a played week: it needs mode=episode")
+    if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):
+        raise RhythmError(f"reward_weights has {len(cfg.reward_weights)} values for {len(cfg.reward_funcs)} reward_funcs")
+    if cfg.max_steps == 0 or cfg.max_steps < -1:
+        raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
+    if cfg.num_generations < 2:
+        raise RhythmError(f"num_generations must be >= 2 (GRPO compares replies within a group), got {cfg.num_generations}")
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "logging_steps",
+                 "save_steps", "every_k_steps", "episodes_per_step", "num_iterations", "lora_r", "lora_alpha"):
+        if getattr(cfg, name) < 1:
+            raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.temperature <= 0:
+        raise RhythmError(f"temperature must be > 0, got {cfg.temperature}")
+    if cfg.loss_type not in LOSS_TYPES:
+        raise RhythmError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {cfg.loss_type!r}")
+    if cfg.scale_rewards not in ("group", "batch", "none"):
+        raise RhythmError(f"scale_rewards must be group, batch or none, got {cfg.scale_rewards!r}")
+    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
+        raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
+    bad = [c for c in cfg.rollout_conditions if c not in CONDITIONS]
+    if bad:
+        raise RhythmError(f"unknown rollout condition(s) {', '.join(bad)}; expected {', '.join(CONDITIONS)}")
+    if has_rollouts(cfg):
+        parse_seeds(str(cfg.rollout_seeds))
+    if cfg.mode == "step" and cfg.max_episodes is not None:
+        raise RhythmError("max_episodes applies to mode=episode; step mode subsamples with max_prompts")
+    if cfg.mode == "episode" and cfg.max_prompts is not None:
+        raise RhythmError("max_prompts applies to mode=step; episode mode takes max_episodes (people played)")
+    if cfg.mode == "step":
+        generation = cfg.generation_batch_size or cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+        if generation % cfg.num_generations:
+            raise RhythmError(
+                f"the generation batch ({generation} completions) must be divisible by num_generations "
+                f"({cfg.num_generations}); adjust per_device_train_batch_size, gradient_accumulation_steps or generation_batch_size"
+            )
+        if cfg.generation_batch_size is not None and cfg.generation_batch_size % cfg.per_device_train_batch_size:
+            raise RhythmError(f"generation_batch_size ({cfg.generation_batch_size}) must be divisible by "
+                              f"per_device_train_batch_size ({cfg.per_device_train_batch_size})")
+    else:
+        if cfg.generation_batch_size is not None:
+            raise RhythmError("episode mode derives generation_batch_size (turns x num_generations x episodes_per_step); leave it null")
+        if cfg.use_vllm:
+            raise RhythmError("episode mode plays weeks with transformers generate; use_vllm applies to step mode only")
+        if episode_batch(cfg) % cfg.per_device_train_batch_size:
+            raise RhythmError(
+                f"episode mode generates {episode_batch(cfg)} completions per step ({turns_per_week(cfg)} turns x "
+                f"{cfg.num_generations} weeks x {cfg.episodes_per_step} people); per_device_train_batch_size "
+                f"({cfg.per_device_train_batch_size}) must divide it"
+            )
+    if cfg.use_vllm and not cfg.flavor:
+        from importlib.util import find_spec
+
+        if find_spec("vllm") is None:
+            raise RhythmError("use_vllm needs vllm installed (pip install 'rhythm[vllm]', on a CUDA machine)")
+    check_hub_and_data(cfg)
+    if cfg.flavor is None:
+        if cfg.adapter and _adapter_looks_local(cfg.adapter) and not Path(cfg.adapter).expanduser().is_dir():
+            raise RhythmError(f"adapter not found: {cfg.adapter} (the output_dir of rhythm sft, or a Hub repo id)")
+    elif cfg.adapter and Path(cfg.adapter).expanduser().exists():
+        raise RhythmError(
+            f"a job cannot read the local adapter {cfg.adapter}; pass the Hub repo it was pushed to "
+            "(rhythm sft --flavor pushes it to its hub_model_id), e.g. --set adapter=me/rhythm-sft"
+        )
+
+
+def has_rollouts(cfg: GRPORunConfig) -> bool:
+    return cfg.rollout_seeds is not None and str(cfg.rollout_seeds).strip() != ""
+
+
+def turns_per_week(cfg: GRPORunConfig) -> int:
+    return len(range(0, EPISODE_STEPS, cfg.every_k_steps))
+
+
+def episode_batch(cfg: GRPORunConfig) -> int:
+    """Episode mode: completions per generation batch (trained turns x weeks per person x people)."""
+    return turns_per_week(cfg) * cfg.num_generations * cfg.episodes_per_step

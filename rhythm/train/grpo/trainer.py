@@ -1,0 +1,304 @@
+"""GRPO refinement of the SFT student with rewards from the benchmark itself: TRL ``GRPOTrainer``.
+
+    rhythm grpo --config configs/grpo-tiny.yaml --adapter runs/sft-tiny --data data/teacher_30ep.jsonl  # CPU, minutes
+    rhythm grpo --config configs/grpo.yaml --adapter runs/sft-qwen2.5-3b                                 # Qwen2.5-3B, one GPU
+    rhythm grpo --config configs/grpo-tiny.yaml --adapter runs/sft-tiny --set mode=episode               # whole weeks
+    rhythm grpo --config configs/grpo.yaml --flavor a10g-large --set adapter=me/rhythm-sft \\
+        --set hub_model_id=me/rhythm-grpo --set data_repo=me/rhythm-teacher                              # Hugging Face Jobs
+    accelerate launch -m rhythm.train.grpo --config configs/grpo.yaml adapter=runs/sft data=...           # several GPUs
+
+The policy is the SFT LoRA adapter loaded onto its base with ``is_trainable=True`` (or, without an
+adapter, a fresh LoRA on ``model_name_or_path``). Two modes:
+
+``step`` (default): each prompt is one recorded state (:mod:`rhythm.train.grpo.data`); TRL samples
+``num_generations`` replies to it and the reward functions of :mod:`rhythm.train.grpo.rewards`, found by
+name (``reward_funcs``) and weighted (``reward_weights``), score every reply of the group in that
+exact state (the columns condition/split/seed/t/prefix replay it).
+
+``episode``: the student plays whole weeks and each reply is rewarded with the final score of its
+week (``rhythm.grader.score_episode``, via :func:`rhythm.episodes.play_batch`, exactly as eval plays
+and grades). It runs through TRL's ``rollout_func``: for each person in the batch the student plays
+``num_generations`` weeks in lockstep, one sampled reply per turn to the same single-turn prompt eval
+uses ([system, observation with its short history]); every played turn becomes one GRPO sample whose
+prompt is exactly what the student saw, and the group of a turn holds the ``num_generations`` weeks
+of that person, so each reply's advantage is its week's score against the person's other weeks.
+Nothing the environment wrote is inside a completion, so no ``env_mask`` is needed. Why not TRL's
+``environment_factory``: see ``docs/grpo.md``.
+
+``output_dir`` receives the adapter and tokenizer, ``checkpoint-N/``, ``training_log.jsonl`` (TRL's
+``log_history`` plus ``"stage": "grpo"``: loss, ``reward``, ``rewards/<name>/mean`` and ``/std`` per
+reward function, completion lengths, KL when ``beta > 0``), ``reward_log.jsonl`` (one line per scored
+reply: state, action, belief, every reward, the weighted total), ``grpo_config.yaml`` (effective config
+with versions), ``prompts_report.json``, ``grpo_summary.json``, and in episode mode
+``episode_rollouts.jsonl`` (every week played, as episode records). Heavy imports happen inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rhythm.config import write_config
+from rhythm.errors import RhythmError
+from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter, resolve_base
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.records import JsonlWriter
+from rhythm.train.common import (
+    LOG_NAME,
+    make_log_callback,
+    peft_config,
+    prepare_output_dir,
+    resolve_precision,
+    resume_path,
+    series,
+    trainer_args,
+)
+from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
+from rhythm.train.grpo.data import build_rows, rollout_specs, student_rollouts
+from rhythm.train.grpo.rewards import RewardLog
+from rhythm.train.grpo.rollout import make_week_rollout
+from rhythm.train.hub import push_folder
+
+REWARD_LOG_NAME = "reward_log.jsonl"
+ROLLOUTS_NAME = "episode_rollouts.jsonl"
+STUDENT_ROLLOUTS_NAME = "student_rollouts.jsonl"
+CONFIG_NAME = "grpo_config.yaml"
+SUMMARY_NAME = "grpo_summary.json"
+REPORT_NAME = "prompts_report.json"
+
+
+# -------------------------------------------------------------------------------------- model
+
+
+def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, tokenizer, source)``: the SFT adapter on its base, trainable; or the bare base model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source: dict[str, Any] = {"adapter": cfg.adapter}
+    if cfg.adapter:
+        adapter_cfg = adapter_config(cfg.adapter)
+        if adapter_cfg is None:
+            raise RhythmError(f"{cfg.adapter} is not a LoRA adapter (no adapter_config.json); pass the SFT output_dir")
+        base_name = cfg.model_name_or_path or adapter_cfg.get("base_model_name_or_path")
+        if not base_name:
+            raise RhythmError(f"{cfg.adapter}: adapter names no base model; pass --model NAME")
+    else:
+        base_name = cfg.model_name_or_path
+    base = resolve_base(str(base_name))
+    source["base"] = base
+    local_adapter = cfg.adapter is not None and Path(cfg.adapter).expanduser().is_dir()
+    tok_source = cfg.adapter if local_adapter and (Path(cfg.adapter) / "tokenizer_config.json").is_file() else base
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, resolved["dtype"])}
+    if cfg.attn_implementation:
+        kwargs["attn_implementation"] = cfg.attn_implementation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tok_source)
+        model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
+    except (OSError, ValueError) as err:
+        raise RhythmError(f"cannot load model {base!r}: {str(err).strip().splitlines()[0]}") from None
+    source["tokenizer"] = str(tok_source)
+    if cfg.adapter:
+        model = load_adapter(model, cfg.adapter, name=cfg.adapter, base=base, trainable=True)
+    finish_tokenizer(tokenizer, tok_source)  # left padding: GRPOTrainer requires it
+    return model, tokenizer, source
+
+
+def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = False):
+    """The TRL ``GRPOConfig`` of a run (episode mode: batch sizes derived, no dataset shuffle)."""
+    from trl import GRPOConfig
+
+    generation_batch_size = cfg.generation_batch_size
+    accumulation = cfg.gradient_accumulation_steps
+    if cfg.mode == "episode":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        generation_batch_size = episode_batch(cfg)
+        # one generation batch of whole weeks per optimizer step: on-policy, and no week is split
+        accumulation = max(1, generation_batch_size // (cfg.per_device_train_batch_size * world))
+    kwargs: dict[str, Any] = {}
+    if cfg.use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode=cfg.vllm_mode, vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    try:
+        return GRPOConfig(
+            **trainer_args(cfg, resolved, quiet),
+            gradient_accumulation_steps=accumulation,
+            generation_batch_size=generation_batch_size,
+            num_generations=cfg.num_generations,
+            max_completion_length=cfg.max_completion_length,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            beta=cfg.beta,
+            loss_type=cfg.loss_type,
+            epsilon=cfg.epsilon,
+            scale_rewards=cfg.scale_rewards,
+            num_iterations=cfg.num_iterations,
+            mask_truncated_completions=cfg.mask_truncated_completions,
+            reward_weights=cfg.reward_weights,
+            shuffle_dataset=cfg.mode == "step",  # episode mode: rows of one person stay together
+            **kwargs,
+        )
+    except ValueError as err:
+        raise RhythmError(f"invalid GRPO settings: {' '.join(str(err).split())}") from None
+
+
+# ------------------------------------------------------------------------------------------- run
+
+
+@dataclass
+class GRPORun:
+    """What :func:`build_trainer` prepared (nothing trained yet)."""
+
+    trainer: Any
+    cfg: GRPORunConfig
+    resolved: dict[str, Any]
+    report: Any
+    rewards: RewardLog
+    resume: str | None
+    source: dict[str, Any]
+
+
+def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | None = None,
+                  say: Callable[[str], None] | None = None) -> GRPORun:
+    """Prompts, policy, reward functions and ``GRPOTrainer``, ready to ``train``."""
+    say = say or (lambda msg: None)
+    validate(cfg)
+    resume = resume_path(cfg)
+    if not has_rollouts(cfg):  # the data first: a bad record fails in a second, before torch is imported
+        rows, report = build_rows(cfg)
+    out = prepare_output_dir(cfg, resuming=resume is not None)
+
+    import torch
+    import transformers
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    transformers.logging.set_verbosity_warning()
+    if quiet:
+        import datasets
+
+        datasets.disable_progress_bars()
+    resolved = resolve_precision(cfg, torch.cuda.is_available())
+    if has_rollouts(cfg):
+        rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
+    model, tokenizer, source = load_policy(cfg, resolved)
+    resolved["model_path"] = source["base"]
+    _trim_logs(out, resume)
+    rewards = RewardLog(out / REWARD_LOG_NAME, cfg.reward_funcs, cfg.reward_weights, cfg.num_generations, cfg.log_replies)
+    args = grpo_config(cfg, resolved, quiet)
+    rollout = None
+    if cfg.mode == "episode":
+        rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=rewards.wrapped(),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=peft_config(cfg) if (cfg.use_peft and not cfg.adapter) else None,
+        callbacks=[make_log_callback(out / LOG_NAME, stage="grpo"), *(callbacks or [])],
+        rollout_func=rollout,
+    )
+    return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
+
+
+def _trim_logs(out: Path, resume: str | None) -> None:
+    """A fresh run starts the reward and rollout logs afresh; a resumed one keeps what the checkpoint covers."""
+    keep_until = 0
+    if resume is not None:
+        keep_until = int(orjson.loads((Path(resume) / "trainer_state.json").read_bytes()).get("global_step", 0))
+    for name, key in ((REWARD_LOG_NAME, "step"), (ROLLOUTS_NAME, "grpo_step")):
+        path = out / name
+        if not path.exists():
+            continue
+        kept = [line for line in path.read_bytes().splitlines(keepends=True)
+                if line.strip() and line.endswith(b"\n") and int(orjson.loads(line).get(key) or 0) <= keep_until]
+        path.write_bytes(b"".join(kept))
+
+
+def _student_rollouts(cfg: GRPORunConfig, out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The starting student plays ``rollout_seeds`` (greedy, as eval plays); records kept in output_dir."""
+    specs = rollout_specs(cfg)
+    model = cfg.adapter or cfg.model_name_or_path
+    options = ModelOptions(max_new_tokens=cfg.max_completion_length, base_model=cfg.model_name_or_path if cfg.adapter else None,
+                           dtype="auto", seed=cfg.seed)
+    started = time.perf_counter()
+    records = student_rollouts(str(model), specs, options)
+    path = out / STUDENT_ROLLOUTS_NAME
+    if path.exists():
+        path.unlink()
+    with JsonlWriter(path) as w:
+        for r in records:
+            w.write(r)
+    mean = sum(r["score"]["final_score"] for r in records) / len(records)
+    say(f"student rollouts: {len(records)} episodes played in {time.perf_counter() - started:.0f} s "
+        f"(mean final score {mean:.3f}) -> {path}")
+    return records
+
+
+def run_grpo(cfg: GRPORunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train, save (and optionally push); returns the run summary (also in ``grpo_summary.json``)."""
+    say = log or (lambda msg: print(msg, file=sys.stderr))
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
+        run = build_trainer(cfg, quiet=quiet, say=say)
+        return _train(run, started, say)
+
+
+def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str, Any]:
+    trainer, cfg, out = run.trainer, run.cfg, Path(run.cfg.output_dir)
+    main = trainer.is_world_process_zero()
+    generation = {"generation_batch_size": trainer.args.generation_batch_size,
+                  "steps_per_generation": trainer.args.steps_per_generation,
+                  "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps}
+    if main:
+        say(run.report.summary_line())
+        (out / REPORT_NAME).write_bytes(orjson.dumps(run.report.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+        write_config(cfg, out / CONFIG_NAME, extra={
+            "stage": "grpo", "created_at": now_iso(), "command": command_line(), "resolved": run.resolved,
+            "source": run.source, "trl": generation, "versions": versions(), "prompts": run.report.to_dict(),
+        })
+    trainer.train(resume_from_checkpoint=run.resume)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if "ref" in getattr(model, "peft_config", {}):  # TRL's frozen copy of the starting adapter (beta > 0)
+        model.delete_adapter("ref")
+    trainer.save_model(cfg.output_dir)
+    history = trainer.state.log_history
+    per_func = {}
+    for name in cfg.reward_funcs:
+        values = series(history, f"rewards/{name}/mean")
+        per_func[name] = {"first": values[0] if values else None, "last": values[-1] if values else None}
+    reward = series(history, "reward")
+    summary: dict[str, Any] = {
+        "stage": "grpo",
+        "mode": cfg.mode,
+        "output_dir": str(out),
+        "adapter_in": cfg.adapter,
+        "base": run.source.get("base"),
+        "global_step": trainer.state.global_step,
+        "reward_first": reward[0] if reward else None,
+        "reward_last": reward[-1] if reward else None,
+        "rewards": per_func,
+        "reward_batches": run.rewards.batches,
+        "prompts": run.report.prompts,
+        "trl": generation,
+        "seconds": round(time.perf_counter() - started, 2),
+        "resolved": run.resolved,
+        "hub_url": None,
+    }
+    if main:
+        (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+        if cfg.push_to_hub:
+            summary["hub_url"] = push_folder(out, cfg.hub_model_id, private=cfg.hub_private,
+                                             commit_message=f"rhythm grpo ({cfg.mode}): {summary['global_step']} steps")
+            say(f"pushed {out} to {summary['hub_url']}")
+            (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    return summary
