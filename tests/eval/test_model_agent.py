@@ -63,7 +63,7 @@ def agent64(tiny_student: Path):
 
     agent = ModelAgent(str(tiny_student), replace(SMALL, max_new_tokens=6))
     agent.model.to(torch.float64)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, weight in agent.model.named_parameters():
             if "norm" not in name:
