@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rhythm.errors import RhythmError
-from rhythm.model.tiny import TINY_MODELS, TINY_NAME, resolve_model, tiny_student_path
+from rhythm.model.tiny import TINY_MODELS, TINY_NAME, resolve_model, tiny_cache_path, tiny_student_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -143,9 +143,8 @@ def resolve_base(name: str) -> str:
     local = Path(name).expanduser()
     if not local.exists() and local.name.startswith(TINY_NAME + "-"):
         for spec in TINY_MODELS.values():
-            tiny = tiny_student_path(spec)
-            if tiny.name == local.name:
-                return str(tiny)
+            if tiny_cache_path(spec).name == local.name:  # build only the student that matches
+                return str(tiny_student_path(spec))
     return name
 
 

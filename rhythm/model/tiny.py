@@ -234,13 +234,18 @@ def numeric_embeddings(model, tokenizer) -> int:
     return written
 
 
-def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
-    """The cached tiny student, built on first use (atomically, so parallel callers are safe)."""
+def tiny_cache_path(spec: TinySpec = TinySpec()) -> Path:
+    """Where the tiny student of ``spec`` is cached (built or not): a hash of its spec, tokens and template."""
     tokens = hashlib.sha256("\x00".join(protocol_tokens()).encode()).hexdigest()
     template = hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()
     payload = {"spec": asdict(spec), "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "tokens": tokens, "template": template, "v": 2}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
-    final = cache_dir() / f"{TINY_NAME}-{key}"
+    return cache_dir() / f"{TINY_NAME}-{key}"
+
+
+def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
+    """The cached tiny student, built on first use (atomically, so parallel callers are safe)."""
+    final = tiny_cache_path(spec)
     if (final / "rhythm_tiny.json").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
