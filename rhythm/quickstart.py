@@ -69,8 +69,9 @@ class QuickstartConfig:
     grpo_config: str = "configs/grpo-tiny-episode.yaml"
     """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode: on the tiny
     student it raised the final score on every condition, while step mode lowered it (docs/grpo.md)."""
-    sft: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks, every weight)."""
+    sft: dict[str, Any] = field(default_factory=lambda: {"learning_rate": 1.0e-3})
+    """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks, every weight). Stage 2
+    continues stage 1's model at lr 1e-3, gentler than the config's from-scratch 3e-3 (docs/student.md)."""
     grpo: dict[str, Any] = field(default_factory=lambda: {"max_steps": 12})
     """Overrides of the GRPO config (configs/grpo-tiny-episode.yaml: whole weeks, full weights, lr 1e-5)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})

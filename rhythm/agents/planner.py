@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rhythm.env.constants import CRASH_PENALTY, CRASH_THRESHOLD, EPISODE_STEPS, N_ACTIONS, N_SLOTS
-from rhythm.env.dynamics import Params, expected_delta, noise_batch, step_batch
+from rhythm.env.dynamics import Params, expected_delta_all, noise_batch, step_batch
 from rhythm.env.randomness import STREAM_PLAN, splitmix64_np
 
 _ALL_ACTIONS = np.arange(N_ACTIONS)
@@ -32,10 +32,7 @@ class PlannerConfig:
 
 def greedy_actions(params: Params, meters: np.ndarray, t: int) -> np.ndarray:
     """The action with the best noise-free one-step reward for each row (the rollout policy)."""
-    n = len(meters)
-    slot = np.full(n, t % N_SLOTS)
-    cand = np.broadcast_to(_ALL_ACTIONS, (n, N_ACTIONS))
-    d = expected_delta(params, meters, slot, cand)
+    d = expected_delta_all(params, meters, t % N_SLOTS)
     new = np.clip(meters[:, None, :] + d, 0.0, 1.0)
     gain = ((new - meters[:, None, :]) * params.weights[:, None, :]).sum(axis=2)
     crashes = (new < CRASH_THRESHOLD).sum(axis=2)

@@ -81,3 +81,23 @@ def test_batched_refuses_wrong_shapes_and_finished_episodes() -> None:
         env.step(np.zeros(3, dtype=int))
     with pytest.raises(RuntimeError):
         env.step(np.zeros(3, dtype=int))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(0, 3), st.booleans())
+def test_expected_delta_all_equals_expected_delta_bit_for_bit(seed, n, slot, edges) -> None:
+    """The planner's fast path (every action at one slot) is the general function, element for element."""
+    from rhythm.env.constants import N_ACTIONS, N_METERS
+    from rhythm.env.dynamics import expected_delta, expected_delta_all, make_params
+    from rhythm.env.profiles import FACTOR_HIGH, FACTOR_LOW, N_FACTORS
+
+    rng = np.random.default_rng(seed)
+    params = make_params(rng.uniform(FACTOR_LOW, FACTOR_HIGH, (n, N_FACTORS)))
+    meters = rng.uniform(0.0, 1.0, (n, N_METERS))
+    if edges:  # clipped meters and signed zeros reach the planner too
+        meters[rng.random((n, N_METERS)) < 0.3] = 0.0
+        meters[rng.random((n, N_METERS)) < 0.2] = 1.0
+    general = expected_delta(params, meters, np.full(n, slot), np.broadcast_to(np.arange(N_ACTIONS), (n, N_ACTIONS)))
+    fast = expected_delta_all(params, meters, slot)
+    assert fast.shape == (n, N_ACTIONS, N_METERS)
+    assert fast.tobytes() == general.tobytes()
