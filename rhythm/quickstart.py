@@ -244,16 +244,16 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
     sft_dir = out / "sft"
     sft_over: dict[str, Any] = {**cfg.sft, "data": str(data), "output_dir": str(sft_dir)}
-    sft_inputs = [data]
+    stage1_dirs: list[Path] = []  # the openings stage's run directory, when there is one
     if cfg.openings_config is not None:
         openings_dir = out / "sft-openings"
         openings_cfg = load_config(SFTRunConfig, cfg.openings_config,
                                    {**cfg.openings, "data": str(data), "output_dir": str(openings_dir)})
         sft_stage("sft-openings", openings_dir, openings_cfg, [data])
         sft_over["model_name_or_path"] = str(openings_dir)
-        sft_inputs.append(openings_dir)
+        stage1_dirs.append(openings_dir)
     sft_cfg = load_config(SFTRunConfig, cfg.sft_config, sft_over)
-    sft_stage("sft", sft_dir, sft_cfg, sft_inputs)
+    sft_stage("sft", sft_dir, sft_cfg, [data, *stage1_dirs])
 
     # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
@@ -309,7 +309,7 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 
     # 6. plots
     plots_dir = out / "plots"
-    trained_dirs = [*sft_inputs[1:], sft_dir, grpo_dir]  # stage 1 (if any), stage 2, GRPO
+    trained_dirs = [*stage1_dirs, sft_dir, grpo_dir]
     plot_cfg = PlotConfig(results=[str(p) for p in result_files], logs=[str(d) for d in trained_dirs], out=str(plots_dir))
 
     def do_plot() -> dict[str, Any]:
