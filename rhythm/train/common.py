@@ -255,7 +255,21 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
         return 2
     if int(os.environ.get("RANK", "0")) == 0:  # one summary line, not one per process
         sys.stdout.write(orjson.dumps(printed(summary)).decode() + "\n")
+    end_distributed()
     return 0
+
+
+def end_distributed() -> None:
+    """Under a distributed launcher, wait for every rank, then close the process group. A process that
+    exits with gloo's group still open can abort in its C++ teardown ("terminate called without an
+    active exception", SIGABRT) after training finished, failing the whole launch."""
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def without(keys: Collection[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
