@@ -79,14 +79,16 @@ def test_hash_is_stable_and_config_is_written(tmp_path: Path) -> None:
     assert load_config(Outer, out) == changed  # a written config reruns as-is
 
 
-def test_shipped_configs_load(tmp_path: Path) -> None:
+def test_shipped_configs_that_spell_out_defaults_match_them() -> None:
+    """eval.yaml, generate.yaml and quickstart.yaml document their command's defaults: a value changed in
+    the dataclass but not in the file (or the reverse) would make ``--config`` silently change the run."""
     from rhythm.eval.evaluate import EvalConfig
+    from rhythm.quickstart import QuickstartConfig
     from rhythm.teacher.generate import GenerateConfig
 
     root = Path(__file__).resolve().parents[1] / "rhythm" / "configs"
-    for name, cls in (("eval.yaml", EvalConfig), ("generate.yaml", GenerateConfig)):
-        assert (root / name).exists()
-        load_config(cls, root / name)
+    for name, cls in (("eval.yaml", EvalConfig), ("generate.yaml", GenerateConfig), ("quickstart.yaml", QuickstartConfig)):
+        assert load_config(cls, root / name) == cls(), name
 
 
 def test_shipped_configs_are_found_by_name_from_anywhere(tmp_path: Path, monkeypatch) -> None:

@@ -55,7 +55,7 @@ from rhythm.train.common import (
     trainer_args,
     without,
 )
-from rhythm.train.data import DataOptions, build_examples, drop_overlong, to_dataset_dict
+from rhythm.train.data import DataOptions, build_examples, to_dataset_dict, tokenize_examples
 from rhythm.train.hub import push_folder
 
 CONFIG_NAME = "sft_config.yaml"
@@ -84,9 +84,12 @@ class SFTRunConfig(TrainRunConfig):
     drop_parse_failures: bool = True
     """Leave out teacher steps whose reply has no valid ACTION."""
     context_noise: float = 0.0
-    """Share of replies shown with a stale belief as context only (no loss), so the student learns to
+    """Share of replies shown with a random belief as context only (no loss), so the student learns to
     infer from the evidence instead of copying its last belief (needs strip_reasoning and a chat
     template that honours a message's ``train`` flag, as the tiny student's does; docs/student.md)."""
+    context_noise_sd: float = 0.0
+    """With context_noise: 0 shows a uniformly random belief; > 0 the teacher's belief plus Gaussian noise
+    of this standard deviation (a student's own small errors, to be corrected from the evidence)."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
@@ -139,6 +142,8 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"first_turns must be >= 1 or null, got {cfg.first_turns}")
     if not 0.0 <= cfg.context_noise < 1.0:
         raise RhythmError(f"context_noise must be in [0, 1), got {cfg.context_noise}")
+    if cfg.context_noise_sd < 0:
+        raise RhythmError(f"context_noise_sd must be >= 0, got {cfg.context_noise_sd}")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
         raise RhythmError("context_noise rewrites the BELIEF lines of earlier replies; it needs strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
@@ -172,7 +177,7 @@ def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool
         **trainer_args(cfg, resolved, quiet),
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        max_length=cfg.max_length,
+        max_length=None,  # the examples come tokenized, with weeks over cfg.max_length left out (never cut)
         assistant_only_loss=True,
         model_init_kwargs=model_init_kwargs,
         eval_strategy="steps" if has_validation else "no",
@@ -202,7 +207,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
 
     # the data first: a bad record fails in a second, before torch is even imported
     options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures,
-                          cfg.context_noise, cfg.first_turns)
+                          cfg.context_noise, cfg.first_turns, cfg.context_noise_sd)
     rows, report = build_examples(data_paths(cfg), options)
     resume = resume_path(cfg)
     out = prepare_output_dir(cfg, resuming=resume is not None)
@@ -219,9 +224,8 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     resolved = resolve_precision(cfg, torch.cuda.is_available())
     model_path = resolve_model(cfg.model_name_or_path)
     resolved["model_path"] = model_path
-    dsd = to_dataset_dict(rows)
     tokenizer = load_tokenizer(model_path)
-    dsd = drop_overlong(dsd, tokenizer, cfg.max_length, report)
+    dsd = to_dataset_dict(tokenize_examples(rows, tokenizer, cfg.max_length, report))
     has_validation = "validation" in dsd
 
     args = sft_config(cfg, resolved, has_validation, quiet=quiet, resuming=resume is not None)

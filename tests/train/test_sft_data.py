@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, conversation, format_ending, parse_reply
-from rhythm.train.data import BELOW_MIN_SCORE, EMPTY_REPLY, PARSE_FAILURE, DataOptions, build_examples, split_episodes
+from rhythm.train.data import (
+    BELOW_MIN_SCORE,
+    EMPTY_REPLY,
+    PARSE_FAILURE,
+    DataOptions,
+    build_examples,
+    split_episodes,
+    split_turns,
+)
 
 from .helpers import write_episodes, write_v1_episodes
 
@@ -258,6 +266,34 @@ def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_
         assert (noisy > 0) == (noise > 0)
 
 
+@settings(max_examples=40, deadline=None)
+@given(beliefs=st.lists(st.tuples(*[st.integers(0, 100)] * 3), min_size=2, max_size=28), sd=st.sampled_from([0.0, 0.05, 0.2]),
+       seed=st.integers(0, 2**16))
+def test_context_noise_shows_a_nearby_belief_with_sd_and_a_uniform_one_without(beliefs, sd, seed):
+    """context_noise_sd > 0 moves the stated belief by Gaussian noise (clipped to [0, 1], two decimals); 0 draws a
+    uniform one. Either way the shown belief is context only and the action is still learned."""
+    import random
+
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for b in beliefs:
+        messages += [{"role": "user", "content": "obs"}, {"role": "assistant", "content": format_ending([x / 100 for x in b], 1)}]
+    out = split_turns(messages, [False] * len(beliefs), 0.99, random.Random(seed), sd)
+    assert out == split_turns(messages, [False] * len(beliefs), 0.99, random.Random(seed), sd)  # seeded
+    replies = [m for m in out if m["role"] == "assistant"]
+    assert replies[0]["context"] == "" and parse_reply(replies[0]["content"]).belief is not None  # the first is never noisy
+    moved = []
+    for m, b in zip(replies[1:], beliefs[1:], strict=True):
+        shown = parse_reply(m["context"] + m["content"] + m["after"])
+        if m["context"]:  # noisy: BELIEF is context, ACTION is learned
+            assert "BELIEF" not in m["content"] and parse_reply(m["content"]).action_name == shown.action_name
+            assert all(0.0 <= x <= 1.0 and round(x, 2) == x for x in shown.belief)
+            moved += [abs(x - y / 100) for x, y in zip(shown.belief, b, strict=True)]
+    if sd > 0 and moved:
+        assert max(moved) <= 6 * sd + 0.006  # never far: a Gaussian step, not a fresh draw
+    if sd == 0.0 and len(moved) >= 30:
+        assert max(moved) > 0.3  # uniform draws land far from the stated belief
+
+
 @pytest.mark.parametrize("n", [1, 3, 8])
 def test_first_turns_keeps_each_weeks_opening_and_its_replies(episodes, n):
     bayes, _, records, _ = episodes
@@ -275,3 +311,48 @@ def test_first_turns_longer_than_a_week_is_the_whole_week(episodes):
     whole, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0))
     rows, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0, first_turns=100))
     assert rows == whole
+
+
+def test_examples_come_tokenized_exactly_as_trls_own_preparation(episodes, tiny_student, tmp_path):
+    """tokenize_examples renders each week once, in batches; TRL then skips its own preparation, so the ids and
+    labels must be what SFTTrainer would have made of the untokenized week (here with context noise, whose
+    replies are split into learned and unlearned parts)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from rhythm.train.data import DataReport, tokenize_examples
+
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    rows, _ = build_examples(str(episodes[0]), DataOptions(val_fraction=0.0, strip_reasoning=True, context_noise=0.5,
+                                                           context_noise_sd=0.1))
+    ours = tokenize_examples(rows, tok, None, DataReport(), chunk=3)
+    args = SFTConfig(output_dir=str(tmp_path), max_length=None, assistant_only_loss=True, report_to="none", use_cpu=True)
+    trl_made = SFTTrainer(model=str(tiny_student), args=args, train_dataset=Dataset.from_list(rows["train"]),
+                          processing_class=tok).train_dataset
+    by_episode = {e["episode"]: e for e in ours["train"]}
+    assert len(trl_made) == len(by_episode) == 8
+    for e in trl_made:
+        assert (e["input_ids"], e["labels"]) == (by_episode[e["episode"]]["input_ids"], by_episode[e["episode"]]["labels"])
+
+
+def test_weeks_over_max_length_are_dropped_and_counted_never_cut(episodes, tiny_student):
+    from transformers import AutoTokenizer
+
+    from rhythm.train.data import TOO_LONG, DataReport, tokenize_examples
+
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    rows, _ = build_examples(str(episodes[0]), DataOptions(val_fraction=0.25))
+    report = DataReport()
+    whole = tokenize_examples(rows, tok, None, report)
+    lengths = sorted(len(e["input_ids"]) for split in whole.values() for e in split)
+    assert report.max_tokens == lengths[-1] and TOO_LONG not in report.dropped_episodes
+    cut = lengths[len(lengths) // 2]
+    report = DataReport()
+    kept = tokenize_examples(rows, tok, cut, report)
+    assert all(len(e["input_ids"]) <= cut for split in kept.values() for e in split)  # kept weeks are whole
+    n_kept = sum(len(v) for v in kept.values())
+    assert report.dropped_episodes[TOO_LONG] == len(lengths) - n_kept == sum(n > cut for n in lengths)
+    assert report.train_examples == len(kept["train"]) and report.max_tokens == lengths[-1]
+    with pytest.raises(RhythmError, match="every training week is longer than max_length=10 tokens"):
+        tokenize_examples(rows, tok, 10, DataReport())
