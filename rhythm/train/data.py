@@ -56,10 +56,13 @@ class DataOptions:
     """Train on the first N turns of each week only (None: the whole week). A week's opening turns carry
     most of what there is to infer (the belief moves most early) at a fraction of the tokens, so a
     curriculum stage on openings is cheap; a model then needs whole weeks to learn the later turns."""
-    context_noise_sd: float = 0.0
-    """With ``context_noise``: 0 shows a uniformly random belief; > 0 shows the teacher's own belief moved
-    by Gaussian noise of this standard deviation (clipped to [0, 1]), the size of a student's own errors,
-    so the student learns to correct a slightly wrong belief from the evidence rather than to copy it."""
+    context_noise_kind: str = "uniform"
+    """What a noisy reply shows: ``uniform`` a random belief; ``nearby`` the teacher's own belief moved by
+    Gaussian noise of ``context_noise_sd`` (clipped to [0, 1]), the size of a student's own errors;
+    ``stale`` the teacher's belief of a random earlier turn, a belief that lags as a student's does. None
+    of them made free play better (measured: docs/student.md)."""
+    context_noise_sd: float = 0.1
+    """Standard deviation of ``nearby`` noise."""
 
 
 @dataclass
@@ -123,29 +126,35 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
 
 
 def split_turns(
-    messages: list[dict[str, Any]], explored: list[bool], share: float, rng: random.Random, sd: float = 0.0
+    messages: list[dict[str, Any]], explored: list[bool], share: float, rng: random.Random,
+    kind: str = "uniform", sd: float = 0.1,
 ) -> list[dict[str, Any]]:
     """Say which part of each protocol-lines reply the loss learns, with ``context``/``after`` fields.
 
     An assistant message renders as ``context + content + after``; only ``content`` is learned (plus the
     closing ``<|im_end|>`` when ``after`` is empty). A step played by an exploring teacher (``explored``)
     keeps its random ACTION line out of the loss; with ``share`` > 0 (``context_noise``), that share of
-    the replies after the first shows a random BELIEF line (uniform, or the stated one plus Gaussian noise of
-    standard deviation ``sd``), also out of the loss. Every message gets both
-    fields (empty when unused), so the dataset has one schema.
+    the replies after the first shows a wrong BELIEF line (``kind``: uniform, nearby = the stated one plus
+    Gaussian noise of standard deviation ``sd``, or stale = an earlier turn's), also out of the loss. Every
+    message gets both fields (empty when unused), so the dataset has one schema.
     """
     out: list[dict[str, Any]] = []
     turn = 0
+    stated: list[list[float] | None] = []
     for m in messages:
         m = {**m, "context": None, "after": None}
         if m["role"] == "assistant":
             parsed = parse_reply(m["content"])
+            stated.append(parsed.belief)
             belief, _, action = format_ending(parsed.belief, parsed.action).partition("\n")
             action = "\n" + action
             noisy = turn > 0 and share > 0 and rng.random() < share
             if noisy:
-                shown = ([min(1.0, max(0.0, round(b + rng.gauss(0.0, sd), 2))) for b in parsed.belief]
-                         if sd > 0 and parsed.belief is not None else [round(rng.random(), 2) for _ in range(3)])
+                earlier = stated[rng.randrange(turn)] if kind == "stale" else None
+                if kind == "nearby" and parsed.belief is not None:
+                    shown = [min(1.0, max(0.0, round(b + rng.gauss(0.0, sd), 2))) for b in parsed.belief]
+                else:
+                    shown = earlier if earlier is not None else [round(rng.random(), 2) for _ in range(3)]
                 belief = format_ending(shown, parsed.action).partition("\n")[0]
             learn_belief, learn_action = not noisy, not explored[turn]
             if learn_belief and learn_action:
@@ -228,7 +237,8 @@ def build_examples(
                     raise RhythmError(f"{where}: explored steps and context_noise need strip_reasoning: true "
                                       "(only the protocol lines can be split into learned and unlearned parts)")
                 messages = split_turns(messages, explored, options.context_noise,
-                                       random.Random(f"{options.seed}|{episode}|{len(rows)}"), options.context_noise_sd)
+                                       random.Random(f"{options.seed}|{episode}|{len(rows)}"),
+                                       options.context_noise_kind, options.context_noise_sd)
             rows.append(
                 {
                     "messages": messages,

@@ -27,6 +27,7 @@ stays instant.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -87,9 +88,11 @@ class SFTRunConfig(TrainRunConfig):
     """Share of replies shown with a random belief as context only (no loss), so the student learns to
     infer from the evidence instead of copying its last belief (needs strip_reasoning and a chat
     template that honours a message's ``train`` flag, as the tiny student's does; docs/student.md)."""
-    context_noise_sd: float = 0.0
-    """With context_noise: 0 shows a uniformly random belief; > 0 the teacher's belief plus Gaussian noise
-    of this standard deviation (a student's own small errors, to be corrected from the evidence)."""
+    context_noise_kind: str = "uniform"
+    """What a noisy reply shows: uniform (a random belief), nearby (the teacher's belief plus Gaussian noise of
+    context_noise_sd) or stale (the teacher's belief of a random earlier turn); docs/student.md."""
+    context_noise_sd: float = 0.1
+    """Standard deviation of nearby noise."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
@@ -142,6 +145,8 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"first_turns must be >= 1 or null, got {cfg.first_turns}")
     if not 0.0 <= cfg.context_noise < 1.0:
         raise RhythmError(f"context_noise must be in [0, 1), got {cfg.context_noise}")
+    if cfg.context_noise_kind not in ("uniform", "nearby", "stale"):
+        raise RhythmError(f"context_noise_kind must be uniform, nearby or stale, got {cfg.context_noise_kind!r}")
     if cfg.context_noise_sd < 0:
         raise RhythmError(f"context_noise_sd must be >= 0, got {cfg.context_noise_sd}")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
@@ -206,8 +211,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     validate(cfg)
 
     # the data first: a bad record fails in a second, before torch is even imported
-    options = DataOptions(cfg.val_fraction, cfg.seed, cfg.min_score, cfg.strip_reasoning, cfg.drop_parse_failures,
-                          cfg.context_noise, cfg.first_turns, cfg.context_noise_sd)
+    options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
     rows, report = build_examples(data_paths(cfg), options)
     resume = resume_path(cfg)
     out = prepare_output_dir(cfg, resuming=resume is not None)

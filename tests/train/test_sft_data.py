@@ -267,30 +267,33 @@ def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_
 
 
 @settings(max_examples=40, deadline=None)
-@given(beliefs=st.lists(st.tuples(*[st.integers(0, 100)] * 3), min_size=2, max_size=28), sd=st.sampled_from([0.0, 0.05, 0.2]),
-       seed=st.integers(0, 2**16))
-def test_context_noise_shows_a_nearby_belief_with_sd_and_a_uniform_one_without(beliefs, sd, seed):
-    """context_noise_sd > 0 moves the stated belief by Gaussian noise (clipped to [0, 1], two decimals); 0 draws a
-    uniform one. Either way the shown belief is context only and the action is still learned."""
+@given(beliefs=st.lists(st.tuples(*[st.integers(0, 100)] * 3), min_size=2, max_size=28),
+       kind=st.sampled_from([("uniform", 0.1), ("nearby", 0.05), ("nearby", 0.2), ("stale", 0.1)]), seed=st.integers(0, 2**16))
+def test_context_noise_shows_a_uniform_nearby_or_stale_belief_as_context_only(beliefs, kind, seed):
+    """nearby moves the stated belief by Gaussian noise (clipped to [0, 1], two decimals), stale shows an earlier
+    turn's, uniform a fresh draw. Either way the shown belief is context only and the action is still learned."""
     import random
 
+    kind, sd = kind
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for b in beliefs:
         messages += [{"role": "user", "content": "obs"}, {"role": "assistant", "content": format_ending([x / 100 for x in b], 1)}]
-    out = split_turns(messages, [False] * len(beliefs), 0.99, random.Random(seed), sd)
-    assert out == split_turns(messages, [False] * len(beliefs), 0.99, random.Random(seed), sd)  # seeded
+    out = split_turns(messages, [False] * len(beliefs), 0.99, random.Random(seed), kind, sd)
+    assert out == split_turns(messages, [False] * len(beliefs), 0.99, random.Random(seed), kind, sd)  # seeded
     replies = [m for m in out if m["role"] == "assistant"]
     assert replies[0]["context"] == "" and parse_reply(replies[0]["content"]).belief is not None  # the first is never noisy
     moved = []
-    for m, b in zip(replies[1:], beliefs[1:], strict=True):
+    for t, (m, b) in enumerate(zip(replies[1:], beliefs[1:], strict=True), start=1):
         shown = parse_reply(m["context"] + m["content"] + m["after"])
         if m["context"]:  # noisy: BELIEF is context, ACTION is learned
             assert "BELIEF" not in m["content"] and parse_reply(m["content"]).action_name == shown.action_name
             assert all(0.0 <= x <= 1.0 and round(x, 2) == x for x in shown.belief)
             moved += [abs(x - y / 100) for x, y in zip(shown.belief, b, strict=True)]
-    if sd > 0 and moved:
+            if kind == "stale":
+                assert tuple(round(x * 100) for x in shown.belief) in beliefs[:t]  # an earlier turn's belief
+    if kind == "nearby" and moved:
         assert max(moved) <= 6 * sd + 0.006  # never far: a Gaussian step, not a fresh draw
-    if sd == 0.0 and len(moved) >= 30:
+    if kind == "uniform" and len(moved) >= 30:
         assert max(moved) > 0.3  # uniform draws land far from the stated belief
 
 
