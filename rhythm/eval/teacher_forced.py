@@ -1,6 +1,7 @@
 """Teacher-forced belief probe: the student's BELIEF at every step of the *teacher's* weeks.
 
     python -m rhythm.eval.teacher_forced runs/quickstart/sft data/heldout.jsonl
+    python -m rhythm.eval.teacher_forced runs/quickstart/sft EVAL_DIR/eval_results_v2.episodes.jsonl --filter --condition in-dist
 
 One forward pass per week over the teacher's conversation (protocol lines only, as the tiny student is
 trained); at each ``S=``/``M=``/``W=`` position the student's most likely number is read off, so the
@@ -11,15 +12,27 @@ It is a diagnostic, not the measure: a student that copies its last belief score
 the teacher here (the teacher's belief moves little per step), and still never updates its own in free
 play (``rhythm eval``, measured in docs/student.md). It needs a tokenizer with one token per number
 (the tiny student's).
+
+``--filter`` asks the opposite question of any agent's weeks, e.g. the student's own free play: the bayes
+teacher's particle filter is run on each week's own observations and actions (what *could* be inferred
+from that week), and the student is probed with the filter's beliefs in context in place of the recorded
+ones. A student whose recorded free-play belief is poor but who matches the filter here is copying its
+last stated belief: it updates well from a good belief and never recovers from its own early errors.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
 import numpy as np
 
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.posterior import ParticlePosterior
+from rhythm.agents.teachers import spec_keys
+from rhythm.env.batched import BatchedRhythmEnv
+from rhythm.env.constants import ACTIONS
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.errors import RhythmError
 from rhythm.grader import PRIOR_MEAN
@@ -55,24 +68,68 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
     return np.stack(student), np.stack(teacher)
 
 
+def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
+    """The bayes teacher's posterior-mean belief at every step of each week, from that week's own
+    observations and actions (the recorded agent's beliefs play no part): ``(episodes, steps, 3)``."""
+    index = {name: i for i, name in enumerate(ACTIONS)}
+    out = np.zeros((len(records), len(records[0]["steps"]) if records else 0, 3))
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault((r["condition"], r["split"]), []).append(i)
+    for (condition, split), rows in groups.items():
+        seeds = [int(records[i]["seed"]) for i in rows]
+        actions = np.array([[index[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
+        env = BatchedRhythmEnv(condition, split, len(rows))
+        env.reset(seed=seeds)
+        posterior = ParticlePosterior(spec_keys([EpisodeSpec(condition, split, s) for s in seeds]))
+        before = env.state.meters.copy()
+        for t in range(actions.shape[1]):
+            out[rows, t] = posterior.belief()[0]
+            after = env.step_raw(actions[:, t]).meters
+            posterior.update(t, before, actions[:, t], after)
+            before = after.copy()
+    return out
+
+
+def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dict[str, Any]]:
+    """The same weeks with every reply's BELIEF replaced (rounded as the protocol states it)."""
+    out = []
+    for record, week in zip(records, beliefs, strict=True):
+        steps = []
+        for step, b in zip(record["steps"], week, strict=True):
+            stated = [round(float(x), 2) for x in b]
+            steps.append({**step, "belief": stated, "response": format_ending(stated, step["action"])})
+        out.append({**record, "steps": steps})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m rhythm.eval.teacher_forced MODEL_DIR TEACHER_EPISODES.jsonl", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="python -m rhythm.eval.teacher_forced", description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="the tiny student's directory")
+    parser.add_argument("episodes", help="episodes JSONL: a teacher's weeks, or rhythm eval's *.episodes.jsonl")
+    parser.add_argument("--filter", action="store_true", help="also probe with the bayes filter's beliefs in context")
+    parser.add_argument("--condition", help="only the weeks of this condition")
+    args = parser.parse_args(argv)
+    records = [r for _, r in read_episodes(args.episodes) if args.condition in (None, r["condition"])]
+    if not records:
+        print(f"no weeks in {args.episodes}" + (f" for condition {args.condition}" if args.condition else ""), file=sys.stderr)
         return 2
-    records = [r for _, r in read_episodes(args[1])]
-    tokenizer = AutoTokenizer.from_pretrained(args[0])
-    model = AutoModelForCausalLM.from_pretrained(args[0]).eval()
-    student, teacher = teacher_forced_errors(model, tokenizer, records)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
 
     prior = np.mean([np.abs(np.asarray(PRIOR_MEAN[r["condition"]]) - belief_of(sample_profiles(r["condition"], r["split"], np.array([r["seed"]])))[0]).mean()
                      for r in records])
     row = lambda e: " / ".join(f"{e.mean(axis=0)[s - 1]:.3f}" for s in STEPS)  # noqa: E731
     print(f"teacher-forced belief MAE at steps {'/'.join(map(str, STEPS))} over {len(records)} weeks (prior {prior:.3f}):")
-    print(f"  student {row(student)}")
-    print(f"  teacher {row(teacher)}")
+    student, recorded = teacher_forced_errors(model, tokenizer, records)
+    print(f"  student, the recorded beliefs in context  {row(student)}")
+    print(f"  the recorded beliefs                      {row(recorded)}")
+    if args.filter:
+        student, filtered = teacher_forced_errors(model, tokenizer, with_beliefs(records, filter_beliefs(records)))
+        print(f"  student, the filter's beliefs in context  {row(student)}")
+        print(f"  bayes filter on these weeks               {row(filtered)}")
     return 0
 
 

@@ -40,3 +40,35 @@ def test_probe_refuses_a_tokenizer_that_splits_numbers():
 
     with pytest.raises(RhythmError, match="one token per number"):
         teacher_forced_errors(None, Digits(), [])
+
+
+def test_filter_on_the_bayes_teachers_own_weeks_gives_back_its_beliefs():
+    """The filter is the teacher's own posterior, run on a week's observations and actions: on the teacher's
+    weeks (two conditions at once) it must state what the teacher stated."""
+    from rhythm.eval.teacher_forced import filter_beliefs, with_beliefs
+
+    specs = [EpisodeSpec("in-dist", "train", s) for s in (0, 1)] + [EpisodeSpec("ood", "train", 2)]
+    records = [r.to_dict() for r in play(make_agent("bayes"), specs)]
+    beliefs = filter_beliefs(records)
+    assert beliefs.shape == (3, 28, 3)
+    recorded = np.array([[s["belief"] for s in r["steps"]] for r in records])
+    assert np.abs(beliefs - recorded).max() <= 0.005 + 1e-9
+    swapped = with_beliefs(records, np.full_like(beliefs, 0.25))
+    for old, new in zip(records, swapped, strict=True):
+        assert [s["action"] for s in new["steps"]] == [s["action"] for s in old["steps"]]
+        assert all(s["belief"] == [0.25] * 3 and s["response"].startswith("BELIEF: S=0.25 M=0.25 W=0.25") for s in new["steps"])
+
+
+@pytest.mark.slow
+def test_filter_probe_prints_four_rows(tiny_student, tmp_path, capsys):
+    from rhythm.eval.teacher_forced import main
+    from rhythm.records import JsonlWriter
+
+    path = tmp_path / "weeks.jsonl"
+    with JsonlWriter(path) as w:
+        for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)]):
+            w.write(r.to_dict())
+    assert main([str(tiny_student), str(path), "--filter", "--condition", "in-dist"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "over 2 weeks" in out[0] and len(out) == 5 and "bayes filter on these weeks" in out[-1]
+    assert main([str(tiny_student), str(path), "--condition", "ood"]) == 2
