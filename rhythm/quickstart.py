@@ -62,16 +62,17 @@ class QuickstartConfig:
     """SFT stage 1, on the openings of the teacher's weeks (its data and output_dir are set by the
     quickstart); null: no stage 1, the SFT stage starts from its config's model."""
     openings: dict[str, Any] = field(default_factory=dict)
-    """Overrides of stage 1's config (configs/sft-tiny-openings.yaml: 600 steps of 27 eight-turn openings)."""
+    """Overrides of stage 1's config (configs/sft-tiny-openings.yaml: 800 steps of 27 eight-turn openings)."""
     sft_config: str = "configs/sft-tiny.yaml"
     """SFT settings, stage 2 on whole weeks (data, output_dir and, after stage 1, the model are set by
     the quickstart)."""
     grpo_config: str = "configs/grpo-tiny-episode.yaml"
     """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode: on the tiny
     student it raised the final score on every condition, while step mode lowered it (docs/grpo.md)."""
-    sft: dict[str, Any] = field(default_factory=lambda: {"learning_rate": 1.0e-3})
-    """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks, every weight). Stage 2
-    continues stage 1's model at lr 1e-3, gentler than the config's from-scratch 3e-3 (docs/student.md)."""
+    sft: dict[str, Any] = field(
+        default_factory=lambda: {"learning_rate": 1.0e-3, "lr_scheduler_type": "cosine", "max_steps": 120})
+    """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks at 3e-3, every weight). Stage 2
+    continues stage 1's model: 120 steps at lr 1e-3 decaying to 0, chosen on train-split seeds (docs/student.md)."""
     grpo: dict[str, Any] = field(default_factory=lambda: {"max_steps": 12})
     """Overrides of the GRPO config (configs/grpo-tiny-episode.yaml: whole weeks, full weights, lr 1e-5)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})
