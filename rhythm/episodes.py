@@ -97,6 +97,7 @@ class Replay:
     crashes: np.ndarray  # (E,) int
     final_meters: np.ndarray  # (E, 5) the state after the last action (the start state when there is none)
     belief_targets: np.ndarray  # (E, 3)
+    start_meters: np.ndarray  # (E, 5) the state before the first action
 
 
 def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray) -> Replay:
@@ -105,6 +106,7 @@ def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray
     n, steps = actions.shape
     env = BatchedRhythmEnv(condition, split, n)
     env.reset(seed=[int(s) for s in seeds])
+    start = env.state.meters.copy()
     meters = np.zeros((n, steps, 5))
     rewards = np.zeros((n, steps))
     returns = np.zeros(n)
@@ -115,7 +117,7 @@ def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray
         rewards[:, t] = res.reward
         returns += res.reward
         crashes += res.crashes
-    return Replay(meters, rewards, returns, crashes, env.state.meters, env.belief_targets)
+    return Replay(meters, rewards, returns, crashes, env.state.meters, env.belief_targets, start)
 
 
 def _sum_usage(decisions: Sequence[Decision]) -> dict[str, float]:

@@ -31,9 +31,9 @@ import numpy as np
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
-from rhythm.env.batched import BatchedRhythmEnv
-from rhythm.env.constants import ACTIONS
+from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.profiles import belief_of, sample_profiles
+from rhythm.episodes import replay
 from rhythm.errors import RhythmError
 from rhythm.grader import PRIOR_MEAN
 from rhythm.protocol import format_ending, parse_reply, record_conversation
@@ -71,23 +71,19 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
 def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
     """The bayes teacher's posterior-mean belief at every step of each week, from that week's own
     observations and actions (the recorded agent's beliefs play no part): ``(episodes, steps, 3)``."""
-    index = {name: i for i, name in enumerate(ACTIONS)}
     out = np.zeros((len(records), len(records[0]["steps"]) if records else 0, 3))
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(records):
         groups.setdefault((r["condition"], r["split"]), []).append(i)
     for (condition, split), rows in groups.items():
         seeds = [int(records[i]["seed"]) for i in rows]
-        actions = np.array([[index[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
-        env = BatchedRhythmEnv(condition, split, len(rows))
-        env.reset(seed=seeds)
+        actions = np.array([[ACTION_INDEX[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
+        played = replay(condition, split, seeds, actions)
+        before = np.concatenate([played.start_meters[:, None], played.meters[:, :-1]], axis=1)
         posterior = ParticlePosterior(spec_keys([EpisodeSpec(condition, split, s) for s in seeds]))
-        before = env.state.meters.copy()
         for t in range(actions.shape[1]):
             out[rows, t] = posterior.belief()[0]
-            after = env.step_raw(actions[:, t]).meters
-            posterior.update(t, before, actions[:, t], after)
-            before = after.copy()
+            posterior.update(t, before[:, t], actions[:, t], played.meters[:, t])
     return out
 
 

@@ -328,7 +328,7 @@ def test_examples_come_tokenized_exactly_as_trls_own_preparation(episodes, tiny_
 
     tok = AutoTokenizer.from_pretrained(tiny_student)
     rows, _ = build_examples(str(episodes[0]), DataOptions(val_fraction=0.0, strip_reasoning=True, context_noise=0.5,
-                                                           context_noise_sd=0.1))
+                                                           context_noise_kind="nearby"))
     ours = tokenize_examples(rows, tok, None, DataReport(), chunk=3)
     args = SFTConfig(output_dir=str(tmp_path), max_length=None, assistant_only_loss=True, report_to="none", use_cpu=True)
     trl_made = SFTTrainer(model=str(tiny_student), args=args, train_dataset=Dataset.from_list(rows["train"]),
