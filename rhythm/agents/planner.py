@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rhythm.env.constants import CRASH_PENALTY, CRASH_THRESHOLD, EPISODE_STEPS, N_ACTIONS, N_SLOTS
-from rhythm.env.dynamics import Params, expected_delta_all, noise_batch, step_batch
+from rhythm.env.dynamics import Params, expected_delta_all, noise_batch, rollout_step
 from rhythm.env.randomness import STREAM_PLAN, splitmix64_np
 
 _ALL_ACTIONS = np.arange(N_ACTIONS)
@@ -62,7 +62,6 @@ def action_values(
     total = np.zeros(len(rows))
     for h in range(min(horizon, EPISODE_STEPS - t)):
         action = first if h == 0 else greedy_actions(p, m, t + h)
-        res = step_batch(p, m, t + h, action, noise_batch(keys, t + h, STREAM_PLAN))
-        total += res.reward
-        m = res.meters
+        m, reward = rollout_step(p, m, t + h, action, noise_batch(keys, t + h, STREAM_PLAN))
+        total += reward
     return total.reshape(e, k, N_ACTIONS).mean(axis=1)

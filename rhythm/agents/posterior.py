@@ -78,7 +78,13 @@ class ParticlePosterior:
         x = np.repeat(after, p, axis=0)
         sigma = NOISE_SIGMA * self.config.noise_scale
         z = (x - mu) / sigma
-        ll = np.where(x >= 1.0, log_ndtr(-(1.0 - mu) / sigma), np.where(x <= 0.0, log_ndtr(-mu / sigma), -0.5 * z * z))
+        ll = -0.5 * z * z
+        # a meter clipped at 1 (or 0) says only that the unclipped value got there: the normal's tail mass
+        top, bottom = x >= 1.0, x <= 0.0
+        bottom &= ~top
+        sd = np.broadcast_to(sigma, x.shape)  # per meter
+        ll[top] = log_ndtr(-(1.0 - mu[top]) / sd[top])  # only where it applies: log_ndtr is half the update's time
+        ll[bottom] = log_ndtr(-mu[bottom] / sd[bottom])
         self.logw += ll.sum(axis=1).reshape(e, p)
         self.logw -= self.logw.max(axis=1, keepdims=True)
         self._maybe_resample(t)

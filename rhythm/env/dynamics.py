@@ -235,6 +235,17 @@ class StepResult:
     anomaly: np.ndarray  # (N, 5) observed change minus a neutral person's noise-free change
 
 
+def rollout_step(
+    params: Params, meters: np.ndarray, t: int, action: np.ndarray, z: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """New meters and reward of N simulated steps at one slot: :func:`step_batch`'s arithmetic without the
+    observation's delta and anomaly, which a planner's rollout never reads."""
+    action = np.asarray(action, dtype=np.int64)
+    slot = np.full(len(action), t % N_SLOTS)
+    new = apply_delta(meters, expected_delta(params, meters, slot, action), z)
+    return new, reward_batch(params.weights, meters, new)[0]
+
+
 def step_batch(
     params: Params,
     meters: np.ndarray,

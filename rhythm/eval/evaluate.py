@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,16 +174,32 @@ def summarize_condition(
     return out
 
 
+PlayedCache = dict[tuple[str, ...], list[EpisodeRecord]]
+"""Records of scripted agents already played, keyed by :func:`played_key`: see :func:`evaluate`."""
+
+
+def played_key(cfg: EvalConfig, name: str, condition: str, seeds: list[int]) -> tuple[str, ...] | None:
+    """The cache key of one scripted agent's episodes, or None for agents that are not replayable
+    from their name and settings alone (``model:`` weights change on disk, LLM replies vary)."""
+    if name.partition(":")[1]:
+        return None
+    return (name, config_hash(agent_options(cfg, name)), condition, cfg.split, format_seeds(seeds))
+
+
 def evaluate(
     cfg: EvalConfig,
     *,
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     on_records: Callable[[str, str, list[EpisodeRecord]], None] | None = None,
+    played_cache: PlayedCache | None = None,
 ) -> EvalResults:
     """Play the agent and its references on every requested condition; returns the results.
 
     ``progress_factory(label, total_steps)`` gives a progress callback per (agent, condition);
     ``on_records(agent, condition, records)`` sees every batch of records as it is produced.
+    ``played_cache``, shared by several evaluations in one process (the quickstart evaluates three
+    agents beside the same references), keeps the episodes of the scripted agents: they are
+    deterministic in their settings and seeds, so each is played once.
     """
     validate(cfg)
     chash = config_hash(cfg)
@@ -205,10 +221,16 @@ def evaluate(
         specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]
         played: dict[str, list[EpisodeRecord]] = {}
         for name in names:
-            progress = progress_factory(f"{name} {condition}", len(seeds) * 28) if progress_factory else None
-            batch = cfg.model.batch_size if name.startswith("model:") else None
-            model = name.partition(":")[2] or None
-            played[name] = play(agents[name], specs, batch_size=batch, config_hash=chash, model=model, progress=progress)
+            key = played_key(cfg, name, condition, seeds) if played_cache is not None else None
+            if key is not None and key in played_cache:  # the same episodes, stamped with this evaluation's config
+                played[name] = [replace(r, config_hash=chash) for r in played_cache[key]]
+            else:
+                progress = progress_factory(f"{name} {condition}", len(seeds) * 28) if progress_factory else None
+                batch = cfg.model.batch_size if name.startswith("model:") else None
+                model = name.partition(":")[2] or None
+                played[name] = play(agents[name], specs, batch_size=batch, config_hash=chash, model=model, progress=progress)
+                if key is not None:
+                    played_cache[key] = played[name]
             if on_records is not None:
                 on_records(name, condition, played[name])
         refs = {r: played[r] for r in cfg.references}
@@ -222,11 +244,13 @@ def run_eval(
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     wait_lock: bool = False,
     say: Callable[[str], None] | None = None,
+    played_cache: PlayedCache | None = None,
 ) -> tuple[EvalResults, Path, Path]:
     """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
 
-    Both files are written under the episodes file's lock (:mod:`rhythm.locking`): a second eval on
-    the same output stops before it touches either (or waits, with ``wait_lock``).
+    ``played_cache``: see :func:`evaluate`. Both files are written under the episodes file's lock
+    (:mod:`rhythm.locking`): a second eval on the same output stops before it touches either (or
+    waits, with ``wait_lock``).
     """
     validate(cfg)
     ep_path = episodes_path(cfg.output)
@@ -239,5 +263,5 @@ def run_eval(
                     for r in records:
                         writer.write(r)
 
-            results = evaluate(cfg, progress_factory=progress_factory, on_records=keep)
+            results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache)
         return results, results.save(cfg.output), ep_path

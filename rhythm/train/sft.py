@@ -58,6 +58,7 @@ from rhythm.train.common import (
 )
 from rhythm.train.data import DataOptions, build_examples, to_dataset_dict, tokenize_examples
 from rhythm.train.hub import push_folder
+from rhythm.train.lm_head import score_labelled_positions_only
 
 CONFIG_NAME = "sft_config.yaml"
 SUMMARY_NAME = "sft_summary.json"
@@ -245,6 +246,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
+    score_labelled_positions_only(trainer.model)  # on the CPU: a third of a step's time back
     return SFTRun(trainer, cfg, model_path, resolved, report, resume)
 
 

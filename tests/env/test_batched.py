@@ -83,21 +83,73 @@ def test_batched_refuses_wrong_shapes_and_finished_episodes() -> None:
         env.step(np.zeros(3, dtype=int))
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(0, 3), st.booleans())
-def test_expected_delta_all_equals_expected_delta_bit_for_bit(seed, n, slot, edges) -> None:
-    """The planner's fast path (every action at one slot) is the general function, element for element."""
-    from rhythm.env.constants import N_ACTIONS, N_METERS
-    from rhythm.env.dynamics import expected_delta, expected_delta_all, make_params
+def _people_and_meters(seed: int, n: int, edges: bool):
+    """A generator, ``n`` random people's params and meters (with ``edges``: clipped meters and signed zeros,
+    which reach the planner too)."""
+    from rhythm.env.constants import N_METERS
+    from rhythm.env.dynamics import make_params
     from rhythm.env.profiles import FACTOR_HIGH, FACTOR_LOW, N_FACTORS
 
     rng = np.random.default_rng(seed)
     params = make_params(rng.uniform(FACTOR_LOW, FACTOR_HIGH, (n, N_FACTORS)))
     meters = rng.uniform(0.0, 1.0, (n, N_METERS))
-    if edges:  # clipped meters and signed zeros reach the planner too
+    if edges:
         meters[rng.random((n, N_METERS)) < 0.3] = 0.0
         meters[rng.random((n, N_METERS)) < 0.2] = 1.0
+    return rng, params, meters
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(0, 3), st.booleans())
+def test_expected_delta_all_equals_expected_delta_bit_for_bit(seed, n, slot, edges) -> None:
+    """The planner's fast path (every action at one slot) is the general function, element for element."""
+    from rhythm.env.constants import N_ACTIONS, N_METERS
+    from rhythm.env.dynamics import expected_delta, expected_delta_all
+
+    _, params, meters = _people_and_meters(seed, n, edges)
     general = expected_delta(params, meters, np.full(n, slot), np.broadcast_to(np.arange(N_ACTIONS), (n, N_ACTIONS)))
     fast = expected_delta_all(params, meters, slot)
     assert fast.shape == (n, N_ACTIONS, N_METERS)
     assert fast.tobytes() == general.tobytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(0, 27), st.booleans())
+def test_rollout_step_is_step_batch_without_the_observation(seed, n, t, edges) -> None:
+    """The planner's rollout step gives step_batch's meters and reward, bit for bit."""
+    from rhythm.env.constants import N_ACTIONS, N_METERS
+    from rhythm.env.dynamics import rollout_step, step_batch
+
+    rng, params, meters = _people_and_meters(seed, n, edges)
+    action, z = rng.integers(0, N_ACTIONS, n), rng.normal(size=(n, N_METERS)) * 3
+    full = step_batch(params, meters, t, action, z)
+    new, reward = rollout_step(params, meters, t, action, z)
+    assert new.tobytes() == full.meters.tobytes() and reward.tobytes() == full.reward.tobytes()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(0, 27))
+def test_posterior_update_weighs_clipped_meters_by_the_normal_tail(seed, e, t) -> None:
+    """The likelihood of a transition: the normal density, or its tail mass where the meter sits at 0 or 1
+    (clipped), as the general formula computes it over every element."""
+    from scipy.special import log_ndtr
+
+    from rhythm.agents.posterior import ParticlePosterior, PosteriorConfig
+    from rhythm.env.constants import N_ACTIONS, N_METERS, N_SLOTS
+    from rhythm.env.dynamics import NOISE_SIGMA, expected_delta
+
+    rng = np.random.default_rng(seed)
+    cfg = PosteriorConfig(particles=50, ess_threshold=0.0)  # never resample: logw is the likelihood alone
+    post = ParticlePosterior(rng.integers(0, 2**63, e).astype(np.uint64), cfg)
+    before, after = rng.uniform(0, 1, (e, N_METERS)), np.clip(rng.uniform(-0.3, 1.3, (e, N_METERS)), 0.0, 1.0)
+    after[0, 0], after[-1, 1] = 1.0, 0.0  # both tails in every example
+    action = rng.integers(0, N_ACTIONS, e)
+    p = cfg.particles
+    m, x = np.repeat(before, p, axis=0), np.repeat(after, p, axis=0)
+    mu = m + expected_delta(post.params, m, np.full(e * p, t % N_SLOTS), np.repeat(action, p))
+    sigma = NOISE_SIGMA * cfg.noise_scale
+    ll = np.where(x >= 1.0, log_ndtr(-(1.0 - mu) / sigma), np.where(x <= 0.0, log_ndtr(-mu / sigma), -0.5 * ((x - mu) / sigma) ** 2))
+    expected = ll.sum(axis=1).reshape(e, p)
+    expected -= expected.max(axis=1, keepdims=True)
+    post.update(t, before, action, after)
+    assert post.logw.tobytes() == expected.tobytes()

@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rhythm.agents.teachers import TeacherConfig
 from rhythm.eval.evaluate import EvalConfig, evaluate
 
 CONDITION_KEYS = {
@@ -60,3 +61,29 @@ def test_results_files_round_trip_through_the_typed_object(run_cli, tmp_path: Pa
     res = EvalResults.load(out)
     assert res.conditions["ood"].references["oracle"].final_score is not None
     assert res.save(tmp_path / "again.json").read_bytes() == out.read_bytes()
+
+
+def test_a_shared_played_cache_plays_each_scripted_agent_once_with_the_same_results() -> None:
+    """The quickstart evaluates three agents beside the same references: with one cache each scripted
+    agent plays each condition once, and every result equals a fresh evaluation's."""
+    from rhythm.eval.evaluate import played_key
+
+    played: list[str] = []
+
+    def bars(label: str, total: int):
+        played.append(label)
+        return None
+
+    cache: dict = {}
+    first = EvalConfig(agent="heuristic", condition="in-dist", episodes=3, references=["random"])
+    second = EvalConfig(agent="random", condition="in-dist", episodes=3, references=["heuristic"], output="other.json")
+    a = evaluate(first, progress_factory=bars, played_cache=cache)
+    b = evaluate(second, progress_factory=bars, played_cache=cache)
+    assert played == ["heuristic in-dist", "random in-dist"]
+    assert a.conditions == evaluate(first).conditions and b.conditions == evaluate(second).conditions
+    assert len(cache) == 2
+    seeds = [0, 1, 2]
+    assert played_key(first, "model:runs/x", "in-dist", seeds) is None and played_key(first, "openai:gpt", "in-dist", seeds) is None
+    # other teacher settings are other episodes
+    other = EvalConfig(agent="bayes", teacher=TeacherConfig(explore=0.5))
+    assert played_key(other, "bayes", "in-dist", seeds) != played_key(first, "bayes", "in-dist", seeds)
