@@ -246,7 +246,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
-    score_labelled_positions_only(trainer.model)  # on the CPU: a third of a step's time back
+    score_labelled_positions_only(trainer.model)  # on the CPU: a quarter of a step's time back
     return SFTRun(trainer, cfg, model_path, resolved, report, resume)
 
 

@@ -398,12 +398,12 @@ def test_server_sees_n_requests_in_flight_at_concurrency_n(tmp_path: Path, opena
 @pytest.mark.slow  # > 3 s on 2 cores
 def test_ctrl_c_leaves_only_whole_lines_and_resume_finishes(tmp_path: Path, openai_key: str) -> None:
     out = tmp_path / "c.jsonl"
-    # 20 ms a reply: the 8 weeks take ~2 s, so the signal lands mid-run (at 5 ms, a busy machine
-    # could see the run finish between the second line and the signal)
-    with FakeOpenAI(api_key=KEY, latency=0.02) as server:
+    with FakeOpenAI(api_key=KEY, latency=0.005) as server:
         cmd = [sys.executable, "-m", "rhythm.cli.main", "generate", "--teacher", "openai", "--model", "m",
                "--base-url", server.base_url, "--seeds", "0-7", "--concurrency", "2", "--output", str(out), "--quiet"]
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        # a shell's background job ignores SIGINT, and Python keeps an ignored SIGINT ignored: restore the default
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.time() + 30
         while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 2):
             time.sleep(0.02)
