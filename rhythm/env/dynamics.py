@@ -235,15 +235,23 @@ class StepResult:
     anomaly: np.ndarray  # (N, 5) observed change minus a neutral person's noise-free change
 
 
+def _advance(
+    params: Params, meters: np.ndarray, slot: np.ndarray, action: np.ndarray, z: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New meters, reward and crashes of N steps: the arithmetic :func:`step_batch` and :func:`rollout_step` share."""
+    new = apply_delta(meters, expected_delta(params, meters, slot, action), z)
+    reward, crashes = reward_batch(params.weights, meters, new)
+    return new, reward, crashes
+
+
 def rollout_step(
     params: Params, meters: np.ndarray, t: int, action: np.ndarray, z: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """New meters and reward of N simulated steps at one slot: :func:`step_batch`'s arithmetic without the
-    observation's delta and anomaly, which a planner's rollout never reads."""
+    """New meters and reward of N simulated steps at one slot: :func:`step_batch` without the observation's
+    delta and anomaly, which a planner's rollout never reads."""
     action = np.asarray(action, dtype=np.int64)
-    slot = np.full(len(action), t % N_SLOTS)
-    new = apply_delta(meters, expected_delta(params, meters, slot, action), z)
-    return new, reward_batch(params.weights, meters, new)[0]
+    new, reward, _ = _advance(params, meters, np.full(len(action), t % N_SLOTS), action, z)
+    return new, reward
 
 
 def step_batch(
@@ -258,9 +266,8 @@ def step_batch(
     slot = np.asarray(t, dtype=np.int64) % N_SLOTS
     if slot.ndim == 0:
         slot = np.full(len(action), int(slot))
-    new = apply_delta(meters, expected_delta(params, meters, slot, action), z)
+    new, reward, crashes = _advance(params, meters, slot, action, z)
     neutral = np.minimum(1.0, np.maximum(0.0, meters + expected_delta(NEUTRAL_PARAMS, meters, slot, action)))
-    reward, crashes = reward_batch(params.weights, meters, new)
     delta = new - meters
     return StepResult(new, reward, crashes, delta, delta - (neutral - meters))
 
