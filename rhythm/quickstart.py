@@ -67,8 +67,9 @@ class QuickstartConfig:
     """SFT settings, stage 2 on whole weeks (data, output_dir and, after stage 1, the model are set by
     the quickstart)."""
     grpo_config: str = "configs/grpo-tiny-episode.yaml"
-    """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode: on the tiny
-    student it raised the final score on every condition, while step mode lowered it (docs/grpo.md)."""
+    """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode (whole weeks,
+    each reply rewarded with its week's final score); at the quickstart's few steps it moves no figure
+    beyond a run's noise (docs/student.md), and step mode lowered scores (docs/grpo.md)."""
     sft: dict[str, Any] = field(
         default_factory=lambda: {"learning_rate": 1.0e-3, "lr_scheduler_type": "cosine", "max_steps": 120})
     """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks at 3e-3, every weight). Stage 2

@@ -6,7 +6,9 @@
 One forward pass per week over the teacher's conversation (protocol lines only, as the tiny student is
 trained); at each ``S=``/``M=``/``W=`` position the student's most likely number is read off, so the
 student states beliefs with the teacher's earlier beliefs in context. Prints the student's and the
-teacher's belief MAE at steps 1, 4, 8, 16, 28 and the constant prior's.
+teacher's belief MAE at steps 1, 4, 8, 16, 28 and the constant prior's, then, per action, how often the
+recorded agent chose it, how often it is the student's most likely action at that step, and how often
+the student picks it when the recorded agent did (``--actions``, :func:`teacher_forced_actions`).
 
 It is a diagnostic, not the measure: a student that copies its last belief scores almost as well as
 the teacher here (the teacher's belief moves little per step), and still never updates its own in free
@@ -31,7 +33,7 @@ import numpy as np
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
-from rhythm.env.constants import ACTION_INDEX
+from rhythm.env.constants import ACTION_INDEX, ACTIONS
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import replay
 from rhythm.errors import RhythmError
@@ -40,6 +42,43 @@ from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
 STEPS = (1, 4, 8, 16, 28)
+
+
+def _forced(model: Any, tokenizer: Any, record: dict[str, Any]) -> tuple[list[int], Any]:
+    """The week's protocol-lines conversation as token ids, and the student's logits over it (one pass)."""
+    import torch
+
+    replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
+    messages = record_conversation(record, include_reply=True, replies=replies)
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0].float().cpu()
+    return ids, logits
+
+
+def teacher_forced_actions(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(recorded, student)`` action indices per episode and step, each ``(episodes, 28)``: the action each
+    week's reply names, and the student's most likely action at that position, among the ten names.
+
+    A student that imitates well picks the recorded action; one whose action distribution is underfit
+    picks only the common actions (greedy decoding never states a minority action it gives 10%).
+    """
+    import torch
+
+    vocab = tokenizer.get_vocab()
+    names = [" " + a for a in ACTIONS]
+    if "\nACTION:" not in vocab or not all(n in vocab for n in names):
+        raise RhythmError("the teacher-forced action probe needs one token per action name (the tiny student's tokenizer)")
+    action_ids = torch.tensor([vocab[n] for n in names])
+    index = {vocab[n]: i for i, n in enumerate(names)}
+    marker = vocab["\nACTION:"]
+    recorded, student = [], []
+    for record in records:
+        ids, logits = _forced(model, tokenizer, record)
+        at = [i for i in range(len(ids) - 1) if ids[i] == marker]
+        recorded.append([index[ids[i + 1]] for i in at])
+        student.append(logits[at][:, action_ids].argmax(-1).tolist())
+    return np.array(recorded, dtype=np.int64), np.array(student, dtype=np.int64)
 
 
 def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,11 +94,7 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
     markers = {vocab["BELIEF: S="], vocab[" M="], vocab[" W="]}
     student, teacher = [], []
     for record in records:
-        replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
-        messages = record_conversation(record, include_reply=True, replies=replies)
-        ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0].float().cpu()
+        ids, logits = _forced(model, tokenizer, record)
         at = [i for i, t in enumerate(ids) if t in markers]
         said = values[logits[at][:, value_ids].argmax(-1)].view(-1, 3).numpy()
         truth = belief_of(sample_profiles(record["condition"], record["split"], np.array([record["seed"]])))[0]
@@ -107,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("episodes", help="episodes JSONL: a teacher's weeks, or rhythm eval's *.episodes.jsonl")
     parser.add_argument("--filter", action="store_true", help="also probe with the bayes filter's beliefs in context")
     parser.add_argument("--condition", help="only the weeks of this condition")
+    parser.add_argument("--actions", action="store_true", help="also the student's action choices against the recorded ones")
     args = parser.parse_args(argv)
     records = [r for _, r in read_episodes(args.episodes) if args.condition in (None, r["condition"])]
     if not records:
@@ -126,7 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         student, filtered = teacher_forced_errors(model, tokenizer, with_beliefs(records, filter_beliefs(records)))
         print(f"  student, the filter's beliefs in context  {row(student)}")
         print(f"  bayes filter on these weeks               {row(filtered)}")
+    if args.actions:
+        print(action_table(*teacher_forced_actions(model, tokenizer, records)))
     return 0
+
+
+def action_table(recorded: np.ndarray, student: np.ndarray) -> str:
+    """Per action: the recorded agent's count, the student's count of picks and its recall of the recorded one."""
+    lines = [f"teacher-forced actions: the student picks the recorded one at {np.mean(recorded == student):.3f} of steps",
+             f"  {'action':12s} {'recorded':>8s} {'student':>8s} {'recall':>6s}"]
+    for i, name in enumerate(ACTIONS):
+        chosen = recorded == i
+        if chosen.any() or (student == i).any():
+            recall = f"{np.mean(student[chosen] == i):.2f}" if chosen.any() else "-"
+            lines.append(f"  {name:12s} {int(chosen.sum()):8d} {int((student == i).sum()):8d} {recall:>6s}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -13,15 +13,19 @@ from rhythm.episodes import play
 from rhythm.errors import RhythmError
 
 
-@pytest.mark.slow
-def test_probe_reads_one_belief_per_step_and_the_teachers_own_error(tiny_student):
+def _student_and_teacher_weeks(path):
+    """The tiny student and two in-dist weeks of the bayes teacher."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    records = [r.to_dict() for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)])]
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path), records
+
+
+@pytest.mark.slow
+def test_probe_reads_one_belief_per_step_and_the_teachers_own_error(tiny_student):
     from rhythm.eval.teacher_forced import teacher_forced_errors
 
-    records = [r.to_dict() for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)])]
-    tok = AutoTokenizer.from_pretrained(tiny_student)
-    model = AutoModelForCausalLM.from_pretrained(tiny_student).eval()
+    model, tok, records = _student_and_teacher_weeks(tiny_student)
     student, teacher = teacher_forced_errors(model, tok, records)
     assert student.shape == teacher.shape == (2, 28)
     assert np.all((student >= 0) & (student <= 1))
@@ -29,6 +33,45 @@ def test_probe_reads_one_belief_per_step_and_the_teachers_own_error(tiny_student
         truth = belief_of(sample_profiles("in-dist", "train", np.array([rec["seed"]])))[0]
         expected = [np.abs(np.array(s["belief"]) - truth).mean() for s in rec["steps"]]
         assert np.allclose(row, expected)
+
+
+@pytest.mark.slow
+def test_action_probe_reads_the_recorded_action_and_one_choice_per_step(tiny_student):
+    from rhythm.env.constants import ACTION_INDEX, ACTIONS
+    from rhythm.eval.teacher_forced import action_table, teacher_forced_actions
+
+    model, tok, records = _student_and_teacher_weeks(tiny_student)
+    recorded, student = teacher_forced_actions(model, tok, records)
+    assert recorded.shape == student.shape == (2, 28)
+    assert recorded.tolist() == [[ACTION_INDEX[s["action"]] for s in r["steps"]] for r in records]
+    assert student.min() >= 0 and student.max() < len(ACTIONS)
+    table = action_table(recorded, student).splitlines()
+    counts = {line.split()[0]: int(line.split()[1]) for line in table[2:]}
+    assert sum(counts.values()) == 56 and all(counts[ACTIONS[a]] == int((recorded == a).sum()) for a in set(recorded.ravel()))
+
+
+def test_action_table_counts_and_recall():
+    from rhythm.env.constants import ACTION_INDEX
+    from rhythm.eval.teacher_forced import action_table
+
+    sleep, meditate, work = ACTION_INDEX["SLEEP"], ACTION_INDEX["MEDITATE"], ACTION_INDEX["DEEP_WORK"]
+    recorded = np.array([[sleep, sleep, meditate, work]])
+    student = np.array([[sleep, work, sleep, work]])
+    lines = action_table(recorded, student).splitlines()
+    assert "at 0.500 of steps" in lines[0]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert rows == {"DEEP_WORK": ["1", "2", "1.00"], "MEDITATE": ["1", "0", "0.00"], "SLEEP": ["2", "2", "0.50"]}
+
+
+def test_action_probe_refuses_a_tokenizer_without_action_tokens():
+    from rhythm.eval.teacher_forced import teacher_forced_actions
+
+    class Digits:
+        def get_vocab(self):
+            return {str(d): d for d in range(10)}
+
+    with pytest.raises(RhythmError, match="one token per action name"):
+        teacher_forced_actions(None, Digits(), [])
 
 
 def test_probe_refuses_a_tokenizer_that_splits_numbers():
@@ -72,3 +115,7 @@ def test_filter_probe_prints_four_rows(tiny_student, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "over 2 weeks" in out[0] and len(out) == 5 and "bayes filter on these weeks" in out[-1]
     assert main([str(tiny_student), str(path), "--condition", "ood"]) == 2
+    capsys.readouterr()
+    assert main([str(tiny_student), str(path), "--actions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].startswith("teacher-forced actions: the student picks the recorded one at")
