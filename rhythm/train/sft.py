@@ -59,6 +59,7 @@ from rhythm.train.common import (
 from rhythm.train.data import DataOptions, build_examples, to_dataset_dict, tokenize_examples
 from rhythm.train.hub import push_folder
 from rhythm.train.lm_head import score_labelled_positions_only
+from rhythm.train.token_weights import action_weights, learned_action_counts, weight_action_losses
 
 CONFIG_NAME = "sft_config.yaml"
 SUMMARY_NAME = "sft_summary.json"
@@ -94,6 +95,12 @@ class SFTRunConfig(TrainRunConfig):
     context_noise_sd) or stale (the teacher's belief of a random earlier turn); docs/student.md."""
     context_noise_sd: float = 0.1
     """Standard deviation of nearby noise."""
+    action_balance: float = 0.0
+    """Class-balance the loss on the token that names each reply's action: weight min(cap, (n_max / n_a) **
+    action_balance), n_a = how often the training replies name action a (0: plain cross-entropy; 1: every
+    action weighs as much in total as the most common; rhythm.train.token_weights, docs/student.md)."""
+    action_weight_cap: float = 10.0
+    """Largest action weight, so an action the teacher plays a handful of times stays bounded."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
@@ -150,6 +157,8 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"context_noise_kind must be uniform, nearby or stale, got {cfg.context_noise_kind!r}")
     if cfg.context_noise_sd < 0:
         raise RhythmError(f"context_noise_sd must be >= 0, got {cfg.context_noise_sd}")
+    if cfg.action_balance < 0 or cfg.action_weight_cap < 1:
+        raise RhythmError(f"action_balance must be >= 0 and action_weight_cap >= 1, got {cfg.action_balance} and {cfg.action_weight_cap}")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
         raise RhythmError("context_noise rewrites the BELIEF lines of earlier replies; it needs strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
@@ -247,6 +256,10 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
     score_labelled_positions_only(trainer.model)  # on the CPU: a quarter of a step's time back
+    if cfg.action_balance > 0:
+        weights = action_weights(learned_action_counts(rows["train"]), cfg.action_balance, cfg.action_weight_cap)
+        weight_action_losses(trainer.model, weights, tokenizer)
+        resolved["action_weights"] = weights  # written to sft_config.yaml and sft_summary.json
     return SFTRun(trainer, cfg, model_path, resolved, report, resume)
 
 

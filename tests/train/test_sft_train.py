@@ -259,3 +259,36 @@ def test_distributed_run_shards_data_and_writes_once(tmp_path, tiny_student, rhy
     steps = [e["step"] for e in read_training_log(out / LOG_NAME) if "loss" in e]
     assert steps == [1, 2]
     assert (out / "model.safetensors").exists() and (out / "checkpoint-2").is_dir()
+
+
+def test_action_balance_weights_the_trainers_loss_on_action_tokens(tmp_path, tiny_student):
+    """``action_balance``: the weights come from the training replies' actions, are recorded in the
+    resolved config, and SFTTrainer's own loss on a batch is the weighted cross-entropy."""
+    import torch
+
+    from rhythm.train.token_weights import action_token_ids, action_weights, learned_action_counts
+
+    data = tmp_path / "teacher.jsonl"
+    records = write_episodes(data, range(3))
+    cfg = SFTRunConfig(**{**TINY, "val_fraction": 0.0, "action_balance": 1.0, "action_weight_cap": 5.0},
+                       data=str(data), output_dir=str(tmp_path / "out"))
+    run = build_trainer(cfg, quiet=True)
+    taught = [s["action"] for r in records for s in r["steps"]]
+    weights = run.resolved["action_weights"]
+    assert weights == action_weights(learned_action_counts([{"messages": [
+        {"role": "assistant", "content": f"ACTION: {a}"} for a in taught]}]), 1.0, 5.0)
+    assert max(weights.values()) > 1.0  # the teacher's weeks are imbalanced
+    batch = next(iter(run.trainer.get_train_dataloader()))
+    model = run.trainer.model
+    model.train()
+    loss = run.trainer.compute_loss(model, dict(batch))
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    target = batch["labels"][:, 1:]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target.clamp(min=0), reduction="none")
+    w = torch.ones_like(nll)
+    for action, token in action_token_ids(run.trainer.processing_class).items():
+        w[target == token] = weights.get(action, 1.0)
+    mask = target != -100
+    assert torch.allclose(loss, (nll * w)[mask].sum() / mask.sum(), atol=1e-5)
+    assert not torch.allclose(loss, nll[mask].mean(), atol=1e-4)
