@@ -27,6 +27,17 @@ _TRL_ONLY = ("final_logit_softcapping", "output_router_logits", "logit_scale", "
 """Config keys of models whose head TRL scales, caps or pairs with a router loss: those keep TRL's forward."""
 
 
+def trl_patched_model(model: Any) -> Any | None:
+    """The model whose forward TRL patched with its fused LM head (under a PEFT wrapper, the base model),
+    or None when it has none."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        model = model.get_base_model()
+    patched = getattr(model.forward, "__func__", None)
+    return model if patched is not None and "fused_lm_head" in patched.__code__.co_varnames else None
+
+
 def score_labelled_positions_only(model: Any, outputs: tuple[str, ...] = SFT_OUTPUTS, temperature: float = 1.0) -> None:
     """Make ``model``'s TRL fused head score only labelled positions on the CPU (see the module doc).
 
@@ -36,15 +47,11 @@ def score_labelled_positions_only(model: Any, outputs: tuple[str, ...] = SFT_OUT
     built; a model without TRL's patch is left alone.
     """
     import torch
-    from peft import PeftModel
     from trl.kernels import ChunkedLogProbFunction
     from trl.trainer.utils import FusedCausalLMOutput
 
-    if isinstance(model, PeftModel):
-        model = model.get_base_model()
-
-    patched = getattr(model.forward, "__func__", None)
-    if patched is None or "fused_lm_head" not in patched.__code__.co_varnames:
+    model = trl_patched_model(model)
+    if model is None:
         return
     fused_forward = model.forward
     text_config = model.config.get_text_config()

@@ -25,6 +25,7 @@ from typing import Any
 
 from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
+from rhythm.train.lm_head import trl_patched_model
 
 _LEARNED_ACTION = re.compile(r"ACTION:\s*(" + "|".join(sorted(ACTIONS, key=len, reverse=True)) + r")\b")
 
@@ -67,14 +68,11 @@ def weight_action_losses(model: Any, weights: dict[str, float], tokenizer: Any) 
     :func:`rhythm.train.lm_head.score_labelled_positions_only`); a model without TRL's patch raises.
     """
     import torch
-    from peft import PeftModel
 
     ids = action_token_ids(tokenizer)
     by_token = {ids[a]: w for a, w in weights.items() if w != 1.0}
-    if isinstance(model, PeftModel):
-        model = model.get_base_model()
-    patched = getattr(model.forward, "__func__", None)
-    if patched is None or "fused_lm_head" not in patched.__code__.co_varnames:
+    model = trl_patched_model(model)
+    if model is None:
         raise RhythmError("action_balance needs TRL's fused LM head on the model (SFTTrainer adds it)")
     if not by_token:
         return by_token

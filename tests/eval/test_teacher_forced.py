@@ -13,6 +13,13 @@ from rhythm.episodes import play
 from rhythm.errors import RhythmError
 
 
+class Digits:
+    """A tokenizer whose vocabulary is the ten digits: no number, marker or action name is one token."""
+
+    def get_vocab(self):
+        return {str(d): d for d in range(10)}
+
+
 def _student_and_teacher_weeks(path):
     """The tiny student and two in-dist weeks of the bayes teacher."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -66,20 +73,12 @@ def test_action_table_counts_and_recall():
 def test_action_probe_refuses_a_tokenizer_without_action_tokens():
     from rhythm.eval.teacher_forced import teacher_forced_actions
 
-    class Digits:
-        def get_vocab(self):
-            return {str(d): d for d in range(10)}
-
     with pytest.raises(RhythmError, match="one token per action name"):
         teacher_forced_actions(None, Digits(), [])
 
 
 def test_probe_refuses_a_tokenizer_that_splits_numbers():
     from rhythm.eval.teacher_forced import teacher_forced_errors
-
-    class Digits:
-        def get_vocab(self):
-            return {str(d): d for d in range(10)}
 
     with pytest.raises(RhythmError, match="one token per number"):
         teacher_forced_errors(None, Digits(), [])
