@@ -97,6 +97,12 @@ row() {
     # a longer stage 1 (800 steps of 27 eight-turn openings), then 120 or 60 cosine steps of whole weeks
     O) sft Oa rhythm-tiny "$WORK/t4800.jsonl" 800 27 8 && for n in 120 60; do
          sft "O$n" "$WORK/r/Oa" "$WORK/t4800.jsonl" "$n" 8 null 1e-3 --set lr_scheduler_type=cosine && ev "O$n" all; done ;;
+    # the quickstart's recipe now: row O's stage 1 with the observations in the loss at W (OBS10: 0.1,
+    # OBS30: 0.3, OBS100: 1.0), then O120's stage 2; SEED=1 for the second seed (docs/student.md, "Seeing the meters")
+    OBS10|OBS30|OBS100) w=$(awk "BEGIN { print ${1#OBS} / 100 }"); s=${SEED:-0}
+         sft "${1}a$s" rhythm-tiny "$WORK/t4800.jsonl" 800 27 8 3e-3 --set observation_loss="$w" --set seed="$s" &&
+         sft "${1}s$s" "$WORK/r/${1}a$s" "$WORK/t4800.jsonl" 120 8 null 1e-3 --set lr_scheduler_type=cosine --set seed="$s" &&
+         ev "${1}s$s" all ;;
     # configs/sft-small.yaml: 4 layers, 32,000 whole weeks (bs 16 x 2,000) from 12,000
     G) data 12000 && $R sft --config configs/sft-small.yaml --data "$WORK/t12000.jsonl" -o "$WORK/r/G" --quiet \
          > "$WORK/r/G.log" 2>&1 && ev G all ;;

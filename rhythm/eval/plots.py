@@ -450,7 +450,7 @@ def plot_training(series: list[TrainingSeries], path: Path, dpi: int = 150) -> P
                     ax.plot(*s.eval_loss, color=color, linestyle="--", marker="o", markersize=4, linewidth=1.6,
                             label=f"{s.label}: validation loss")
             ax.set_title("SFT: loss", fontsize=12)
-            ax.set_ylabel("cross-entropy loss (assistant tokens)")
+            ax.set_ylabel("loss per labelled token")
         else:
             for s in has_grpo:
                 color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]

@@ -8,7 +8,10 @@ trained); at each ``S=``/``M=``/``W=`` position the student's most likely number
 student states beliefs with the teacher's earlier beliefs in context. Prints the student's and the
 teacher's belief MAE at steps 1, 4, 8, 16, 28 and the constant prior's, then, per action, how often the
 recorded agent chose it, how often it is the student's most likely action at that step, and how often
-the student picks it when the recorded agent did (``--actions``, :func:`teacher_forced_actions`).
+the student picks it when the recorded agent did (``--actions``, :func:`teacher_forced_actions`), and
+whether the student can *see* the meters it acts on (``--meters``, :func:`meter_readout`): the share of
+each current meter's variance a linear read-out of its last hidden state at the ``ACTION:`` position
+explains, on weeks the read-out was not fitted on.
 
 It is a diagnostic, not the measure: a student that copies its last belief scores almost as well as
 the teacher here (the teacher's belief moves little per step), and still never updates its own in free
@@ -33,8 +36,9 @@ import numpy as np
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
-from rhythm.env.constants import ACTION_INDEX, ACTIONS
+from rhythm.env.constants import ACTION_INDEX, ACTIONS, METER_ABBREV, N_METERS
 from rhythm.env.profiles import belief_of, sample_profiles
+from rhythm.env.render import METER_HEADER
 from rhythm.episodes import replay
 from rhythm.errors import RhythmError
 from rhythm.grader import PRIOR_MEAN
@@ -79,6 +83,72 @@ def teacher_forced_actions(model: Any, tokenizer: Any, records: list[dict[str, A
         recorded.append([index[ids[i + 1]] for i in at])
         student.append(logits[at][:, action_ids].argmax(-1).tolist())
     return np.array(recorded, dtype=np.int64), np.array(student, dtype=np.int64)
+
+
+def action_states(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(hidden, meters)``: the student's last hidden state where it is about to name each step's action, and
+    the meters that step's observation showed, ``(episodes, 27, hidden)`` and ``(episodes, 27, 5)``.
+
+    Step 1 is left out: its observation is laid out differently (``Start of the week.``), and its meters
+    are the neutral start, not state the student has to track.
+    """
+    import torch
+
+    vocab = tokenizer.get_vocab()
+    if "\nACTION:" not in vocab:
+        raise RhythmError("the meter read-out needs one ACTION: marker token (the tiny student's tokenizer)")
+    marker = vocab["\nACTION:"]
+    hidden, meters = [], []
+    for record in records:
+        replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
+        ids = tokenizer.apply_chat_template(record_conversation(record, include_reply=True, replies=replies),
+                                            tokenize=True, return_dict=True)["input_ids"]
+        with torch.inference_mode():
+            states = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=True).hidden_states[-1]
+        at = [i for i, t in enumerate(ids) if t == marker][1:]
+        hidden.append(states[0, at].float().cpu().numpy())
+        meters.append([observed_meters(s["observation"]) for s in record["steps"][1:]])
+    return np.stack(hidden), np.array(meters, dtype=np.float64)
+
+
+def observed_meters(observation: str) -> list[float]:
+    """The five meter values an observation shows (``Meters V C P S N: 0.71 0.72 ...``)."""
+    values = observation.split(METER_HEADER, 1)[1].split()[:N_METERS]
+    return [float(v) for v in values]
+
+
+def linear_readout(x: np.ndarray, y: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    """Predictions for the rows where ``fit`` is false of a least-squares linear map (with bias) from ``x`` to
+    ``y``, fitted on the rows where it is true."""
+    design = np.c_[x, np.ones(len(x))]
+    coef = np.linalg.lstsq(design[fit], y[fit], rcond=None)[0]
+    return design[~fit] @ coef
+
+
+LOW_METER = 0.2
+"""Meters below this are the crash-prone zone (crashes start at 0.10) where the read-out matters most."""
+
+
+def meter_readout(model: Any, tokenizer: Any, records: list[dict[str, Any]], fit_share: float = 0.7) -> tuple[np.ndarray, np.ndarray]:
+    """How well each meter (V C P S N) reads linearly off the student's hidden state at its action decision:
+    ``(r2, low_mae)``, the R^2 on held-out weeks (1: exactly, 0: no better than their mean) and the mean
+    absolute error on held-out steps where that meter is below :data:`LOW_METER` (NaN if none). The read-out
+    is fitted on the first ``fit_share`` of the weeks and scored on the rest, so one person's steps never
+    sit on both sides. A meter the student cannot see here is one its actions cannot depend on."""
+    hidden, meters = action_states(model, tokenizer, records)
+    n_fit = int(round(len(records) * fit_share))
+    if n_fit < 1 or n_fit >= len(records):
+        raise RhythmError(f"the meter read-out needs weeks on both sides of the fit: {len(records)} weeks, fit share {fit_share}")
+    fit = np.repeat(np.arange(len(records)) < n_fit, hidden.shape[1])
+    y = meters.reshape(-1, N_METERS)
+    truth = y[~fit]
+    error = np.abs(linear_readout(hidden.reshape(-1, hidden.shape[-1]), y, fit) - truth)
+    total = ((truth - truth.mean(axis=0)) ** 2).sum(axis=0)
+    r2 = 1.0 - (error**2).sum(axis=0) / np.where(total > 0, total, np.nan)
+    low = truth < LOW_METER
+    with np.errstate(invalid="ignore"):
+        low_mae = (error * low).sum(axis=0) / np.where(low.any(axis=0), low.sum(axis=0), np.nan)
+    return r2, low_mae
 
 
 def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -143,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filter", action="store_true", help="also probe with the bayes filter's beliefs in context")
     parser.add_argument("--condition", help="only the weeks of this condition")
     parser.add_argument("--actions", action="store_true", help="also the student's action choices against the recorded ones")
+    parser.add_argument("--meters", action="store_true", help="also how well each current meter reads off the student's state at its action")
     args = parser.parse_args(argv)
     records = [r for _, r in read_episodes(args.episodes) if args.condition in (None, r["condition"])]
     if not records:
@@ -164,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  bayes filter on these weeks               {row(filtered)}")
     if args.actions:
         print(action_table(*teacher_forced_actions(model, tokenizer, records)))
+    if args.meters:
+        r2, low_mae = meter_readout(model, tokenizer, records)
+        print("meters read linearly off the student's state at ACTION: (held-out weeks; R^2, 1 = exactly;"
+              f" error where the meter is below {LOW_METER})")
+        print("  " + "  ".join(f"{m} {a:.2f} / {b:.3f}" for m, a, b in zip(METER_ABBREV, r2, low_mae, strict=True)))
     return 0
 
 

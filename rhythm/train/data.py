@@ -24,6 +24,7 @@ from typing import Any
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import check_protocol, read_episodes
+from rhythm.train.observation_loss import week_labels
 
 # Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
@@ -287,10 +288,12 @@ def training_chat_template(tokenizer) -> str | None:
 
 
 def tokenize_examples(
-    rows: dict[str, list[dict[str, Any]]], tokenizer, max_length: int | None, report: DataReport, chunk: int = 256
+    rows: dict[str, list[dict[str, Any]]], tokenizer, max_length: int | None, report: DataReport, chunk: int = 256,
+    observation_loss: float = 0.0,
 ) -> dict[str, list[dict[str, Any]]]:
     """Render and tokenize every week once, as TRL would, adding ``input_ids`` and ``labels`` (-100 outside
-    the assistant replies); weeks longer than ``max_length`` tokens are left out and counted.
+    the assistant replies, or the rest of the week at ``observation_loss``: :mod:`rhythm.train.observation_loss`);
+    weeks longer than ``max_length`` tokens are left out and counted.
 
     TRL truncates from the right, which would silently cut the last turns (and their loss) off a week, so
     such examples are dropped and reported instead; the longest week is recorded in the report. Handing TRL
@@ -314,7 +317,10 @@ def tokenize_examples(
                 if not any(mask):
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
-                kept.append({**example, "input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]})
+                if observation_loss > 0 and any(m.get("context") or m.get("after") for m in example["messages"]):
+                    raise RhythmError(f"episode {example['episode']}: observation_loss would put the replies' unlearned "
+                                      "parts (context_noise, explored steps) in the loss; use one or the other")
+                kept.append({**example, "input_ids": ids, "labels": week_labels(ids, mask, observation_loss)})
         out[name] = kept
     if dropped:
         report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped

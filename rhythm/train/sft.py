@@ -59,6 +59,7 @@ from rhythm.train.common import (
 from rhythm.train.data import DataOptions, build_examples, to_dataset_dict, tokenize_examples
 from rhythm.train.hub import push_folder
 from rhythm.train.lm_head import score_labelled_positions_only
+from rhythm.train.observation_loss import weight_observation_losses
 from rhythm.train.token_weights import action_weights, learned_action_counts, weight_action_losses
 
 CONFIG_NAME = "sft_config.yaml"
@@ -101,6 +102,10 @@ class SFTRunConfig(TrainRunConfig):
     action weighs as much in total as the most common; rhythm.train.token_weights, docs/student.md)."""
     action_weight_cap: float = 10.0
     """Largest action weight, so an action the teacher plays a handful of times stays bounded."""
+    observation_loss: float = 0.0
+    """Weight of the rest of the week (observations, system prompt, chat markup) in the loss beside the
+    replies' 1: 0 = assistant-only; 1 = every token. Predicting the next observation makes a from-scratch
+    student read the meters it acts on (0.1 in the tiny student's stage 1; rhythm.train.observation_loss)."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
@@ -159,6 +164,10 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"context_noise_sd must be >= 0, got {cfg.context_noise_sd}")
     if cfg.action_balance < 0 or cfg.action_weight_cap < 1:
         raise RhythmError(f"action_balance must be >= 0 and action_weight_cap >= 1, got {cfg.action_balance} and {cfg.action_weight_cap}")
+    if not 0.0 <= cfg.observation_loss <= 1.0:
+        raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
+    if cfg.observation_loss > 0 and cfg.context_noise > 0:
+        raise RhythmError("observation_loss and context_noise cannot be combined (the noisy replies would enter the loss)")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
         raise RhythmError("context_noise rewrites the BELIEF lines of earlier replies; it needs strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
@@ -239,7 +248,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     model_path = resolve_model(cfg.model_name_or_path)
     resolved["model_path"] = model_path
     tokenizer = load_tokenizer(model_path)
-    dsd = to_dataset_dict(tokenize_examples(rows, tokenizer, cfg.max_length, report))
+    dsd = to_dataset_dict(tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss))
     has_validation = "validation" in dsd
 
     args = sft_config(cfg, resolved, has_validation, quiet=quiet, resuming=resume is not None)
@@ -260,6 +269,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         weights = action_weights(learned_action_counts(rows["train"]), cfg.action_balance, cfg.action_weight_cap)
         weight_action_losses(trainer.model, weights, tokenizer)
         resolved["action_weights"] = weights  # written to sft_config.yaml and sft_summary.json
+    weight_observation_losses(trainer.model, cfg.observation_loss)  # last: it decodes the labels the others see
     return SFTRun(trainer, cfg, model_path, resolved, report, resume)
 
 

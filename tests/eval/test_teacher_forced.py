@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.registry import make_agent
@@ -118,3 +120,45 @@ def test_filter_probe_prints_four_rows(tiny_student, tmp_path, capsys):
     assert main([str(tiny_student), str(path), "--actions"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[3].startswith("teacher-forced actions: the student picks the recorded one at")
+    assert main([str(tiny_student), str(path), "--meters"]) == 0  # two weeks: one fitted, one scored
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("meters read linearly") and out[-1].split()[::4] == ["V", "C", "P", "S", "N"]
+
+
+@given(st.integers(min_value=0, max_value=2**31 - 1))
+@settings(max_examples=25, deadline=None)
+def test_linear_readout_recovers_an_exact_linear_map_and_only_predicts_held_out_rows(seed):
+    from rhythm.eval.teacher_forced import linear_readout
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(60, 4))
+    y = x @ rng.normal(size=(4, 2)) + rng.normal(size=2)
+    fit = np.arange(60) < 40
+    predicted = linear_readout(x, y, fit)
+    assert predicted.shape == (20, 2)
+    assert np.allclose(predicted, y[~fit], atol=1e-8)
+
+
+def test_observed_meters_reads_the_five_values_of_both_observation_layouts():
+    from rhythm.eval.teacher_forced import observed_meters
+
+    record = play(make_agent("heuristic"), [EpisodeSpec("in-dist", "train", 3)])[0]
+    for step in record.steps[:2]:  # step 1 says "Start of the week.", later steps "After ...: change ..."
+        values = observed_meters(step.observation)
+        assert len(values) == 5 and all(0.0 <= v <= 1.0 for v in values)
+        assert " ".join(f"{v:.2f}" for v in values) in step.observation
+    assert observed_meters(record.steps[1].observation) == pytest.approx(record.steps[0].meters, abs=0.005)
+
+
+@pytest.mark.slow
+def test_meter_readout_scores_every_meter_on_held_out_weeks(tiny_student):
+    from rhythm.eval.teacher_forced import action_states, meter_readout
+
+    model, tok, records = _student_and_teacher_weeks(tiny_student)
+    hidden, meters = action_states(model, tok, records)
+    assert hidden.shape == (2, 27, model.config.hidden_size) and meters.shape == (2, 27, 5)
+    r2, low_mae = meter_readout(model, tok, records, fit_share=0.5)
+    assert r2.shape == low_mae.shape == (5,)
+    assert np.all(r2[np.isfinite(r2)] <= 1.0) and np.all(low_mae[np.isfinite(low_mae)] >= 0)
+    with pytest.raises(RhythmError, match="both sides of the fit"):
+        meter_readout(model, tok, records, fit_share=1.0)

@@ -292,3 +292,37 @@ def test_action_balance_weights_the_trainers_loss_on_action_tokens(tmp_path, tin
     mask = target != -100
     assert torch.allclose(loss, (nll * w)[mask].sum() / mask.sum(), atol=1e-5)
     assert not torch.allclose(loss, nll[mask].mean(), atol=1e-4)
+
+
+def test_observation_loss_puts_the_whole_week_in_the_trainers_loss_at_its_weight(tmp_path, tiny_student):
+    """``observation_loss``: every token of the week is labelled; SFTTrainer's own loss on a batch is the
+    cross-entropy with the replies (the assistant-only labels) at 1 and the rest at the weight."""
+    import torch
+
+    data = tmp_path / "teacher.jsonl"
+    write_episodes(data, range(2))
+    runs = {w: build_trainer(SFTRunConfig(**{**TINY, "val_fraction": 0.0, "observation_loss": w},
+                                          data=str(data), output_dir=str(tmp_path / f"out{w}")), quiet=True)
+            for w in (0.0, 0.1)}
+    plain, weighted = (next(iter(runs[w].trainer.get_train_dataloader())) for w in (0.0, 0.1))
+    assert torch.equal(plain["input_ids"], weighted["input_ids"])
+    reply = plain["labels"][:, 1:] != -100
+    labelled = weighted["labels"][:, 1:] != -100
+    assert torch.equal(labelled, weighted["attention_mask"][:, 1:].bool())  # the whole week, padding aside
+    model = runs[0.1].trainer.model
+    model.train()
+    loss = runs[0.1].trainer.compute_loss(model, dict(weighted))
+    with torch.no_grad():
+        logits = model(input_ids=weighted["input_ids"], attention_mask=weighted["attention_mask"]).logits[:, :-1]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), weighted["input_ids"][:, 1:], reduction="none")
+    w = torch.where(reply, 1.0, 0.1) * labelled
+    assert torch.allclose(loss, (nll * w).sum() / labelled.sum(), atol=1e-5)
+
+
+def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tmp_path):
+    from rhythm.train.sft import validate
+
+    with pytest.raises(RhythmError, match=r"observation_loss must be in \[0, 1\]"):
+        validate(SFTRunConfig(**{**TINY, "observation_loss": 1.5}, data=str(tmp_path)))
+    with pytest.raises(RhythmError, match="observation_loss and context_noise"):
+        validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "context_noise": 0.5}, data=str(tmp_path)))
