@@ -6,7 +6,9 @@ read-out of its state misses the serenity meter entirely in the crash-prone zone
 meter is below 0.2), so it never meditates where the teacher does, and an extreme person's serenity
 crashes. With the week's observations in the loss as well, the student must predict each next observation
 (the meters after its action, the change, the anomaly): a model of the person's dynamics, which cannot be
-learned without reading the meters. The replies keep weight 1; every other token of the week (the system
+learned without reading the meters. At 0.1 in the quickstart's stage 1 its serenity read-out goes from
+R^2 0.32 to 0.52-0.58 and it scores better in-dist and discrete; ood is unchanged (train split, two seeds).
+The replies keep weight 1; every other token of the week (the system
 prompt, the observations, the chat markup) gets ``observation_loss``: 0 is TRL's assistant-only loss, 1
 the plain language-model loss over the whole week. The loss is still divided by the number of labelled
 tokens (TRL's normalisation), now the week's.

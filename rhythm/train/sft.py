@@ -105,7 +105,7 @@ class SFTRunConfig(TrainRunConfig):
     observation_loss: float = 0.0
     """Weight of the rest of the week (observations, system prompt, chat markup) in the loss beside the
     replies' 1: 0 = assistant-only; 1 = every token. Predicting the next observation makes a from-scratch
-    student read the meters it acts on (0.1 in the tiny student's stage 1; rhythm.train.observation_loss)."""
+    student read the meters it acts on better (0.1 in the tiny student's stage 1; rhythm.train.observation_loss)."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
