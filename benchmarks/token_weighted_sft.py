@@ -1,0 +1,80 @@
+"""Research probe behind rows FW* and NI of docs/student.md ("Seeing the meters"): ``rhythm sft`` with every
+token of the week in the loss, weighted by *token* rather than by the chat template's assistant mask.
+
+Tokens the tiny student's replies are written in (belief numbers, ``BELIEF: S=``/`` M=``/`` W=``,
+``\\nACTION:``, the action names and, unless ``--no-im-end``, ``<|im_end|>``) get weight 1 wherever they
+appear; every other token gets ``--weight``. The difference from the shipped ``observation_loss``: the
+action named in each observation's ``After ACTION:`` line (the echo of the student's own last action)
+is weighted as a reply. Measured there: with it the student reads the serenity meter at 0.85-0.93 R^2 and
+meditates; without it (``observation_loss``) 0.52-0.58. The rest of the command line is ``rhythm sft``'s::
+
+    python benchmarks/token_weighted_sft.py --weight 0.1 [--no-im-end] -- \\
+        --config configs/sft-tiny-openings.yaml --data runs/quickstart/data/teacher.jsonl -o A \\
+        --set observation_loss=0 --set seed=0
+
+It needs the tiny student's tokenizer (one token per number, marker and action name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import types
+
+import rhythm.train.sft as sft
+from rhythm.env.constants import ACTIONS
+from rhythm.train.lm_head import trl_patched_model
+
+
+def patch(weight: float, im_end: bool) -> None:
+    """Label every token of each week and weight the log-probabilities by token (see the module doc)."""
+    import torch
+
+    tokenize, build = sft.tokenize_examples, sft.build_trainer
+
+    def every_token(rows, tokenizer, max_length, report, **kwargs):
+        out = tokenize(rows, tokenizer, max_length, report)
+        for examples in out.values():
+            for example in examples:
+                example["labels"] = list(example["input_ids"])
+        return out
+
+    def weighted(cfg, **kwargs):
+        run = build(cfg, **kwargs)
+        vocab = run.trainer.processing_class.get_vocab()
+        model = trl_patched_model(run.trainer.model)
+        markers = ["BELIEF: S=", " M=", " W=", "\nACTION:", *(["<|im_end|>"] if im_end else [])]
+        reply = [vocab[f"{i / 100:.2f}"] for i in range(101)] + [vocab[t] for t in markers] + [vocab[" " + a] for a in ACTIONS]
+        table = torch.full((model.get_output_embeddings().weight.shape[0],), weight)
+        table[reply] = 1.0
+        inner = model.forward
+
+        @functools.wraps(inner)
+        def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, **kw):
+            out = inner(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels, **kw)
+            if fused_lm_head and (labels is not None or shift_labels is not None):
+                target = shift_labels if shift_labels is not None else labels[:, 1:]
+                out.log_probs = out.log_probs * table[target.clamp(min=0)].to(out.log_probs.dtype)
+            return out
+
+        model.forward = types.MethodType(forward, model)
+        return run
+
+    sft.tokenize_examples, sft.build_trainer = every_token, weighted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--weight", type=float, default=0.1, help="weight of every token the replies are not written in")
+    parser.add_argument("--no-im-end", action="store_true", help="give <|im_end|> the weight too (row NI)")
+    args, rest = parser.parse_known_args()
+    patch(args.weight, not args.no_im_end)
+    from rhythm.cli.main import app
+
+    sys.argv = ["rhythm", "sft", *[a for a in rest if a != "--"]]
+    app()
+
+
+if __name__ == "__main__":
+    main()
