@@ -18,13 +18,12 @@ It needs the tiny student's tokenizer (one token per number, marker and action n
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-import types
 
 import rhythm.train.sft as sft
 from rhythm.env.constants import ACTIONS
 from rhythm.train.lm_head import trl_patched_model
+from rhythm.train.token_weights import weight_target_tokens
 
 
 def patch(weight: float, im_end: bool) -> None:
@@ -48,17 +47,7 @@ def patch(weight: float, im_end: bool) -> None:
         reply = [vocab[f"{i / 100:.2f}"] for i in range(101)] + [vocab[t] for t in markers] + [vocab[" " + a] for a in ACTIONS]
         table = torch.full((model.get_output_embeddings().weight.shape[0],), weight)
         table[reply] = 1.0
-        inner = model.forward
-
-        @functools.wraps(inner)
-        def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, **kw):
-            out = inner(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels, **kw)
-            if fused_lm_head and (labels is not None or shift_labels is not None):
-                target = shift_labels if shift_labels is not None else labels[:, 1:]
-                out.log_probs = out.log_probs * table[target.clamp(min=0)].to(out.log_probs.dtype)
-            return out
-
-        model.forward = types.MethodType(forward, model)
+        weight_target_tokens(model, table)
         return run
 
     sft.tokenize_examples, sft.build_trainer = every_token, weighted

@@ -48,16 +48,17 @@ from rhythm.records import read_episodes
 STEPS = (1, 4, 8, 16, 28)
 
 
-def _forced(model: Any, tokenizer: Any, record: dict[str, Any]) -> tuple[list[int], Any]:
-    """The week's protocol-lines conversation as token ids, and the student's logits over it (one pass)."""
+def _forced(model: Any, tokenizer: Any, record: dict[str, Any], hidden: bool = False) -> tuple[list[int], Any]:
+    """The week's protocol-lines conversation as token ids, and the student's logits over it (one pass), or
+    with ``hidden`` its last hidden state at every position instead."""
     import torch
 
     replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
     messages = record_conversation(record, include_reply=True, replies=replies)
     ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
     with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0].float().cpu()
-    return ids, logits
+        out = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=hidden)
+    return ids, (out.hidden_states[-1] if hidden else out.logits)[0].float().cpu()
 
 
 def teacher_forced_actions(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -92,21 +93,15 @@ def action_states(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> 
     Step 1 is left out: its observation is laid out differently (``Start of the week.``), and its meters
     are the neutral start, not state the student has to track.
     """
-    import torch
-
     vocab = tokenizer.get_vocab()
     if "\nACTION:" not in vocab:
         raise RhythmError("the meter read-out needs one ACTION: marker token (the tiny student's tokenizer)")
     marker = vocab["\nACTION:"]
     hidden, meters = [], []
     for record in records:
-        replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
-        ids = tokenizer.apply_chat_template(record_conversation(record, include_reply=True, replies=replies),
-                                            tokenize=True, return_dict=True)["input_ids"]
-        with torch.inference_mode():
-            states = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=True).hidden_states[-1]
+        ids, states = _forced(model, tokenizer, record, hidden=True)
         at = [i for i, t in enumerate(ids) if t == marker][1:]
-        hidden.append(states[0, at].float().cpu().numpy())
+        hidden.append(states[at].numpy())
         meters.append([observed_meters(s["observation"]) for s in record["steps"][1:]])
     return np.stack(hidden), np.array(meters, dtype=np.float64)
 

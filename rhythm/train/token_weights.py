@@ -71,15 +71,22 @@ def weight_action_losses(model: Any, weights: dict[str, float], tokenizer: Any) 
 
     ids = action_token_ids(tokenizer)
     by_token = {ids[a]: w for a, w in weights.items() if w != 1.0}
-    model = trl_patched_model(model)
-    if model is None:
+    patched = trl_patched_model(model)
+    if patched is None:
         raise RhythmError("action_balance needs TRL's fused LM head on the model (SFTTrainer adds it)")
     if not by_token:
         return by_token
-    inner = model.forward
-    table = torch.ones(model.get_output_embeddings().weight.shape[0])
+    table = torch.ones(patched.get_output_embeddings().weight.shape[0])
     for token, w in by_token.items():
         table[token] = w
+    weight_target_tokens(patched, table)
+    return by_token
+
+
+def weight_target_tokens(model: Any, table: Any) -> None:
+    """Scale the fused head's per-token log-probability of every labelled position by ``table[target id]``
+    (a vocabulary-sized tensor). ``model`` is the one TRL patched (:func:`rhythm.train.lm_head.trl_patched_model`)."""
+    inner = model.forward
 
     @functools.wraps(inner)
     def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, **kwargs):
@@ -92,4 +99,3 @@ def weight_action_losses(model: Any, weights: dict[str, float], tokenizer: Any) 
         return out
 
     model.forward = types.MethodType(forward, model)
-    return by_token
