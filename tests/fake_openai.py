@@ -16,6 +16,7 @@ the default).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import zlib
@@ -103,6 +104,19 @@ class Fail:
 Handler = Callable[[Seen], "Reply | Fail | None"]
 
 
+class LoopbackServer(ThreadingHTTPServer):
+    """A threading server that stays quiet when a client drops its connection mid-request (a CLI that
+    stops after a refused key does, with requests still in flight); any other handler error is printed
+    as the standard library does. Its tracebacks would otherwise land in the stderr a test reads."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeOpenAI:
     """Start with ``with FakeOpenAI(...) as server:``; point clients at ``server.base_url`` (OpenAI)
     or ``server.endpoint`` (Azure)."""
@@ -129,7 +143,7 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: LoopbackServer | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> FakeOpenAI:
@@ -138,8 +152,7 @@ class FakeOpenAI:
         class _H(_RequestHandler):
             server_fake = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _H)
-        self._server.daemon_threads = True
+        self._server = LoopbackServer(("127.0.0.1", 0), _H)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
