@@ -103,6 +103,11 @@ row() {
          sft "${1}a$s" rhythm-tiny "$WORK/t4800.jsonl" 800 27 8 3e-3 --set observation_loss="$w" --set seed="$s" &&
          sft "${1}s$s" "$WORK/r/${1}a$s" "$WORK/t4800.jsonl" 120 8 null 1e-3 --set lr_scheduler_type=cosine --set seed="$s" &&
          ev "${1}s$s" all ;;
+    # the quickstart's recipe since the echo: OBS10 with each observation's echoed action name at 1 (echo_loss)
+    ECHO) s=${SEED:-0}
+         sft "ECHOa$s" rhythm-tiny "$WORK/t4800.jsonl" 800 27 8 3e-3 --set observation_loss=0.1 --set echo_loss=1.0 --set seed="$s" &&
+         sft "ECHOs$s" "$WORK/r/ECHOa$s" "$WORK/t4800.jsonl" 120 8 null 1e-3 --set lr_scheduler_type=cosine --set seed="$s" &&
+         ev "ECHOs$s" all ;;
     # configs/sft-small.yaml: 4 layers, 32,000 whole weeks (bs 16 x 2,000) from 12,000
     G) data 12000 && $R sft --config configs/sft-small.yaml --data "$WORK/t12000.jsonl" -o "$WORK/r/G" --quiet \
          > "$WORK/r/G.log" 2>&1 && ev G all ;;

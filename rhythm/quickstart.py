@@ -32,10 +32,10 @@ import orjson
 from rhythm.config import NULL, config_dict, load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
+from rhythm.eval.paired import final_scores, paired_differences
 from rhythm.eval.plots import PlotConfig, make_plots
 from rhythm.eval.reeval import ReevalConfig, reeval
 from rhythm.eval.results import EvalResults
-from rhythm.eval.stats import mean_ci
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, versions
 from rhythm.records import read_episodes
@@ -309,7 +309,8 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
         if trained is not None:
             students[label] = _eval_row(merged)
 
-    paired = paired_differences(out / "eval" / "sft", out / "eval" / "grpo", list(cfg.eval_episodes))
+    paired = paired_differences(*(final_scores(r for cond in cfg.eval_episodes for _, r in read_episodes(
+        out / "eval" / student / cond / "eval_results_v2.episodes.jsonl")) for student in ("sft", "grpo")))
 
     # 6. plots
     plots_dir = out / "plots"
@@ -344,17 +345,6 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
         f"Plots: {plots_dir}/final_scores.png, belief_accuracy.png, training_loss.png\n"
     )
     return summary
-
-
-def paired_differences(first: Path, second: Path, conditions: list[str]) -> dict[str, dict[str, Any]]:
-    """Mean and 95% CI of (second - first) final score per condition, paired by seed."""
-    out = {}
-    for cond in conditions:
-        a = {r["seed"]: r["score"]["final_score"] for _, r in read_episodes(first / cond / "eval_results_v2.episodes.jsonl")}
-        b = {r["seed"]: r["score"]["final_score"] for _, r in read_episodes(second / cond / "eval_results_v2.episodes.jsonl")}
-        seeds = sorted(set(a) & set(b))
-        out[cond] = {"episodes": len(seeds), **mean_ci([b[s] - a[s] for s in seeds])}
-    return out
 
 
 def _merge_episodes(folder: Path, conditions: list[str], res_path: Path) -> None:

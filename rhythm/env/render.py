@@ -13,11 +13,15 @@ part of the benchmark's interface (teacher data and students depend on it), so i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rhythm.env.constants import ACTIONS, DAYS, METER_ABBREV, N_SLOTS, SLOTS
 
 METER_HEADER = "Meters " + " ".join(METER_ABBREV) + ":"
+
+ECHOED_ACTION = re.compile(r"\nAfter (" + "|".join(sorted(ACTIONS, key=len, reverse=True)) + r"):")
+"""An observation's echo of the action before it; group 1 is the action's name."""
 
 
 def when(t: int) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import check_protocol, read_episodes
-from rhythm.train.observation_loss import week_labels
+from rhythm.train.observation_loss import echo_tokens, week_labels
 
 # Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
@@ -289,11 +289,12 @@ def training_chat_template(tokenizer) -> str | None:
 
 def tokenize_examples(
     rows: dict[str, list[dict[str, Any]]], tokenizer, max_length: int | None, report: DataReport, chunk: int = 256,
-    observation_loss: float = 0.0,
+    observation_loss: float = 0.0, echo_loss: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Render and tokenize every week once, as TRL would, adding ``input_ids`` and ``labels`` (-100 outside
-    the assistant replies, or the rest of the week at ``observation_loss``: :mod:`rhythm.train.observation_loss`);
-    weeks longer than ``max_length`` tokens are left out and counted.
+    the assistant replies, or the rest of the week at ``observation_loss``, the observations' echoed action
+    names at ``echo_loss``: :mod:`rhythm.train.observation_loss`); weeks longer than ``max_length`` tokens
+    are left out and counted.
 
     TRL truncates from the right, which would silently cut the last turns (and their loss) off a week, so
     such examples are dropped and reported instead; the longest week is recorded in the report. Handing TRL
@@ -301,6 +302,7 @@ def tokenize_examples(
     in batches: a third of a CPU stage's set-up on the quickstart's 4,800 weeks.
     """
     template = training_chat_template(tokenizer)
+    echo = echo_loss is not None and echo_loss != observation_loss
     out: dict[str, list[dict[str, Any]]] = {}
     dropped = 0
     for name, examples in rows.items():
@@ -309,7 +311,8 @@ def tokenize_examples(
             batch = examples[i : i + chunk]
             enc = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=True,
                                                 return_dict=True, return_assistant_tokens_mask=True)
-            for example, ids, mask in zip(batch, enc["input_ids"], enc["assistant_masks"], strict=True):
+            echoes = _echo_masks(batch, enc["input_ids"], tokenizer, template) if echo else [None] * len(batch)
+            for example, ids, mask, echo_mask in zip(batch, enc["input_ids"], enc["assistant_masks"], echoes, strict=True):
                 report.max_tokens = max(report.max_tokens, len(ids))
                 if max_length is not None and len(ids) > max_length:
                     dropped += 1
@@ -317,10 +320,11 @@ def tokenize_examples(
                 if not any(mask):
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
-                if observation_loss > 0 and any(m.get("context") or m.get("after") for m in example["messages"]):
-                    raise RhythmError(f"episode {example['episode']}: observation_loss would put the replies' unlearned "
+                if (observation_loss > 0 or echo) and any(m.get("context") or m.get("after") for m in example["messages"]):
+                    raise RhythmError(f"episode {example['episode']}: observation_loss or echo_loss would put the replies' unlearned "
                                       "parts (context_noise, explored steps) in the loss; use one or the other")
-                kept.append({**example, "input_ids": ids, "labels": week_labels(ids, mask, observation_loss)})
+                labels = week_labels(ids, mask, observation_loss, echo_mask, echo_loss)
+                kept.append({**example, "input_ids": ids, "labels": labels})
         out[name] = kept
     if dropped:
         report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped
@@ -332,3 +336,19 @@ def tokenize_examples(
     report.train_episodes = len({e["episode"] for e in out["train"]})
     report.validation_episodes = len({e["episode"] for e in out.get("validation", [])})
     return out
+
+
+def _echo_masks(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None) -> list[list[int]]:
+    """Which tokens of each rendered week name an action an observation echoes (:func:`echo_tokens`), found
+    on the rendered text through the tokenizer's character offsets (a fast tokenizer's)."""
+    texts = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=False)
+    if not getattr(tokenizer, "is_fast", False):
+        raise RhythmError("echo_loss needs a fast tokenizer (character offsets)")
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    masks = []
+    for example, text, ids, again, offsets in zip(batch, texts, input_ids, enc["input_ids"], enc["offset_mapping"], strict=True):
+        if list(again) != list(ids):
+            raise RhythmError(f"episode {example['episode']}: the rendered week does not tokenize back to the chat "
+                              "template's tokens, so echo_loss cannot place the echoed actions")
+        masks.append(echo_tokens(text, offsets))
+    return masks

@@ -106,6 +106,10 @@ class SFTRunConfig(TrainRunConfig):
     """Weight of the rest of the week (observations, system prompt, chat markup) in the loss beside the
     replies' 1: 0 = assistant-only; 1 = every token. Predicting the next observation makes a from-scratch
     student read the meters it acts on better (0.1 in the tiny student's stage 1; rhythm.train.observation_loss)."""
+    echo_loss: float | None = None
+    """Weight of the action name each observation echoes (``After DEEP_WORK:``, the reply before it): 0, 1,
+    or None for observation_loss. At 1 the quickstart's student reads the serenity meter far better and
+    meditates where the teacher does (docs/student.md)."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
@@ -166,8 +170,10 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"action_balance must be >= 0 and action_weight_cap >= 1, got {cfg.action_balance} and {cfg.action_weight_cap}")
     if not 0.0 <= cfg.observation_loss <= 1.0:
         raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
-    if cfg.observation_loss > 0 and cfg.context_noise > 0:
-        raise RhythmError("observation_loss and context_noise cannot be combined (the noisy replies would enter the loss)")
+    if cfg.echo_loss is not None and cfg.echo_loss not in (0.0, 1.0, cfg.observation_loss):
+        raise RhythmError(f"echo_loss must be 0, 1 or observation_loss ({cfg.observation_loss}), got {cfg.echo_loss}")
+    if (cfg.observation_loss > 0 or cfg.echo_loss) and cfg.context_noise > 0:
+        raise RhythmError("observation_loss and context_noise cannot be combined, nor echo_loss and context_noise (the noisy replies would enter the loss)")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
         raise RhythmError("context_noise rewrites the BELIEF lines of earlier replies; it needs strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
@@ -248,7 +254,8 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     model_path = resolve_model(cfg.model_name_or_path)
     resolved["model_path"] = model_path
     tokenizer = load_tokenizer(model_path)
-    dsd = to_dataset_dict(tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss))
+    dsd = to_dataset_dict(tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
+                                                  echo_loss=cfg.echo_loss))
     has_validation = "validation" in dsd
 
     args = sft_config(cfg, resolved, has_validation, quiet=quiet, resuming=resume is not None)

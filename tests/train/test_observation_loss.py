@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rhythm.env.constants import ACTIONS
+from rhythm.env.render import ECHOED_ACTION, render_observation
 from rhythm.errors import RhythmError
-from rhythm.train.observation_loss import OFFSET, week_labels
+from rhythm.train.observation_loss import OFFSET, echo_tokens, week_labels
 
 weeks = st.integers(min_value=1, max_value=40).flatmap(lambda n: st.tuples(
     st.lists(st.integers(min_value=0, max_value=200_000), min_size=n, max_size=n),
@@ -34,9 +36,45 @@ def test_replies_keep_their_ids_and_the_rest_follows_the_weight(week, weight):
             assert lab < -100 and OFFSET - lab == t  # never TRL's ignore index, and decodable
 
 
+@given(weeks, st.data(), st.sampled_from([0.0, 0.1, 0.5, 1.0]))
+@settings(max_examples=200, deadline=None)
+def test_echoed_actions_follow_their_own_weight(week, data, weight):
+    """Echo tokens outside the replies take ``echo_weight`` (0, 1 or the observation weight); the rest as before."""
+    ids, mask = week
+    echo = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    echo_weight = data.draw(st.sampled_from([0.0, 1.0, weight]))
+    labels = week_labels(ids, mask, weight, echo, echo_weight)
+    plain, as_echo = week_labels(ids, mask, weight), week_labels(ids, mask, echo_weight)
+    for i, lab in enumerate(labels):
+        assert lab == (plain[i] if mask[i] or not echo[i] else as_echo[i])
+    assert week_labels(ids, mask, weight, echo, None) == plain
+
+
 def test_a_weight_outside_zero_one_is_refused():
     with pytest.raises(RhythmError, match="observation_loss must be in"):
         week_labels([1, 2], [True, False], 1.5)
+    with pytest.raises(RhythmError, match=r"echo_loss must be 0, 1 or observation_loss \(0.1\)"):
+        week_labels([1, 2], [True, False], 0.1, [0, 1], 0.3)
+
+
+@given(st.lists(st.tuples(st.integers(0, 27), st.integers(-1, len(ACTIONS) - 1)), min_size=1, max_size=6),
+       st.integers(min_value=1, max_value=7))
+@settings(max_examples=100, deadline=None)
+def test_echo_tokens_cover_exactly_the_echoed_action_names(steps, width):
+    """On rendered observations cut into tokens of ``width`` characters, the marked tokens are those that
+    overlap an echoed name, and their text covers the names in order."""
+    text = "\n".join(render_observation(t, [0.5] * 5, a, [0.1] * 5, [-0.1] * 5) for t, a in steps)
+    offsets = [(i, min(i + width, len(text))) for i in range(0, len(text), width)]
+    mask = echo_tokens(text, offsets)
+    names = [ACTIONS[a] for _, a in steps if a >= 0]
+    assert len(mask) == len(offsets)
+    covered = "".join(text[s:e] if m else "|" for (s, e), m in zip(offsets, mask, strict=True))
+    for name in names:
+        assert name in covered
+    spans = [m.span(1) for m in ECHOED_ACTION.finditer(text)]
+    assert [ACTIONS[a] for _, a in steps if a >= 0] == [text[s:e] for s, e in spans]
+    for (s, e), m in zip(offsets, mask, strict=True):
+        assert m == any(s < b and a < e for a, b in spans)
 
 
 torch = pytest.importorskip("torch")

@@ -14,6 +14,7 @@ import orjson
 import pytest
 import yaml
 
+from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
 from rhythm.train.common import LOG_NAME, read_training_log
 from rhythm.train.sft import SFTRunConfig, build_trainer, run_sft
@@ -294,28 +295,37 @@ def test_action_balance_weights_the_trainers_loss_on_action_tokens(tmp_path, tin
     assert not torch.allclose(loss, nll[mask].mean(), atol=1e-4)
 
 
-def test_observation_loss_puts_the_whole_week_in_the_trainers_loss_at_its_weight(tmp_path, tiny_student):
-    """``observation_loss``: every token of the week is labelled; SFTTrainer's own loss on a batch is the
-    cross-entropy with the replies (the assistant-only labels) at 1 and the rest at the weight."""
+@pytest.mark.parametrize("echo", [None, 1.0, 0.0])
+def test_observation_loss_puts_the_whole_week_in_the_trainers_loss_at_its_weight(tmp_path, tiny_student, echo):
+    """``observation_loss`` (and ``echo_loss``): every token of the week is labelled (but the echoed action
+    names at ``echo_loss`` 0); SFTTrainer's own loss on a batch is the cross-entropy with the replies (the
+    assistant-only labels) at 1, the action name after each observation's ``After`` at ``echo_loss`` and the
+    rest at the weight."""
     import torch
 
     data = tmp_path / "teacher.jsonl"
     write_episodes(data, range(2))
-    runs = {w: build_trainer(SFTRunConfig(**{**TINY, "val_fraction": 0.0, "observation_loss": w},
+    runs = {w: build_trainer(SFTRunConfig(**{**TINY, "val_fraction": 0.0, "observation_loss": w, "echo_loss": e},
                                           data=str(data), output_dir=str(tmp_path / f"out{w}")), quiet=True)
-            for w in (0.0, 0.1)}
+            for w, e in ((0.0, None), (0.1, echo))}
     plain, weighted = (next(iter(runs[w].trainer.get_train_dataloader())) for w in (0.0, 0.1))
     assert torch.equal(plain["input_ids"], weighted["input_ids"])
+    tokenizer = runs[0.1].trainer.processing_class
+    target = weighted["input_ids"][:, 1:]
+    after = weighted["input_ids"][:, :-1] == tokenizer.convert_tokens_to_ids("\nAfter")
+    echoed = after & torch.isin(target, torch.tensor(tokenizer.convert_tokens_to_ids([" " + a for a in ACTIONS])))
+    assert echoed.sum(dim=1).tolist() == [27] * len(target)  # every step but the first echoes an action
     reply = plain["labels"][:, 1:] != -100
     labelled = weighted["labels"][:, 1:] != -100
-    assert torch.equal(labelled, weighted["attention_mask"][:, 1:].bool())  # the whole week, padding aside
+    padding = ~weighted["attention_mask"][:, 1:].bool()
+    assert torch.equal(labelled, ~padding & ~(echoed if echo == 0.0 else torch.zeros_like(echoed)))
     model = runs[0.1].trainer.model
     model.train()
     loss = runs[0.1].trainer.compute_loss(model, dict(weighted))
     with torch.no_grad():
         logits = model(input_ids=weighted["input_ids"], attention_mask=weighted["attention_mask"]).logits[:, :-1]
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), weighted["input_ids"][:, 1:], reduction="none")
-    w = torch.where(reply, 1.0, 0.1) * labelled
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+    w = torch.where(reply, 1.0, torch.where(echoed, 0.1 if echo is None else echo, 0.1)) * labelled
     assert torch.allclose(loss, (nll * w).sum() / labelled.sum(), atol=1e-5)
 
 
@@ -326,3 +336,7 @@ def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tm
         validate(SFTRunConfig(**{**TINY, "observation_loss": 1.5}, data=str(tmp_path)))
     with pytest.raises(RhythmError, match="observation_loss and context_noise"):
         validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "context_noise": 0.5}, data=str(tmp_path)))
+    with pytest.raises(RhythmError, match="echo_loss and context_noise"):
+        validate(SFTRunConfig(**{**TINY, "echo_loss": 1.0, "context_noise": 0.5}, data=str(tmp_path)))
+    with pytest.raises(RhythmError, match=r"echo_loss must be 0, 1 or observation_loss \(0.1\), got 0.5"):
+        validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "echo_loss": 0.5}, data=str(tmp_path)))

@@ -1,0 +1,75 @@
+"""Two agents on the same people: the paired difference of their final scores, per condition.
+
+Run: ``python -m rhythm.eval.paired FIRST.episodes.jsonl SECOND.episodes.jsonl`` (``rhythm eval``'s episode
+files; several files per side may be joined with commas). Prints, per condition, the mean of (second -
+first) over the people both played, its seeded 95% bootstrap CI (:func:`rhythm.eval.stats.mean_ci`) and
+how often the second beats the first. Pairing removes the person-to-person spread that makes two
+students' own CIs overlap: this is how docs/student.md compares one training choice with another on the
+same train-split seeds, and how the quickstart reports GRPO against SFT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rhythm.env.constants import CONDITIONS
+from rhythm.errors import RhythmError
+from rhythm.eval.stats import mean_ci, paired_win_rate
+from rhythm.records import read_episodes
+
+Key = tuple[str, str, int]
+"""An episode's person: condition, split, seed."""
+
+
+def final_scores(records: Iterable[dict[str, Any]]) -> dict[Key, float]:
+    """``{(condition, split, seed): final score}``; a person played twice is refused (which week to pair?)."""
+    out: dict[Key, float] = {}
+    for r in records:
+        key = (r["condition"], r["split"], int(r["seed"]))
+        if key in out:
+            raise RhythmError(f"{key[0]} person {key[2]} ({key[1]} split) appears twice on one side")
+        out[key] = float(r["score"]["final_score"])
+    return out
+
+
+def paired_differences(first: dict[Key, float], second: dict[Key, float]) -> dict[str, dict[str, Any]]:
+    """Per condition: ``{"episodes": n, "mean": m, "ci95": [lo, hi], "win_rate": w}`` of (second - first)
+    over the people both sides played (conditions in the benchmark's order); none in common raises."""
+    shared = sorted(set(first) & set(second))
+    if not shared:
+        raise RhythmError("the two sides share no person (condition, split and seed): nothing to pair")
+    out = {}
+    for cond in sorted({k[0] for k in shared}, key=lambda c: (CONDITIONS.index(c) if c in CONDITIONS else len(CONDITIONS), c)):
+        keys = [k for k in shared if k[0] == cond]
+        a, b = [first[k] for k in keys], [second[k] for k in keys]
+        out[cond] = {"episodes": len(keys), **mean_ci([y - x for x, y in zip(a, b, strict=True)]),
+                     "win_rate": paired_win_rate(b, a)}
+    return out
+
+
+def _load(spec: str) -> dict[Key, float]:
+    return final_scores(r for path in spec.split(",") for _, r in read_episodes(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rhythm.eval.paired", description=__doc__.split("\n\n")[0])
+    parser.add_argument("first", help="episodes JSONL of the first agent (comma-separated files allowed)")
+    parser.add_argument("second", help="episodes JSONL of the second agent, on the same people")
+    args = parser.parse_args(argv)
+    try:
+        diffs = paired_differences(_load(args.first), _load(args.second))
+    except (RhythmError, OSError) as err:
+        print(f"rhythm: error: {err}", file=sys.stderr)
+        return 2
+    print("condition  people  second - first [95% CI]    second wins")
+    for cond, d in diffs.items():
+        lo, hi = d["ci95"]
+        print(f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  {d['win_rate']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

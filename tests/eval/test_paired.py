@@ -1,0 +1,95 @@
+"""``rhythm.eval.paired``: two agents' final scores paired by person, the arithmetic by hand, and the
+command line's bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
+from rhythm.episodes import play
+from rhythm.errors import RhythmError
+from rhythm.eval.paired import final_scores, main, paired_differences
+from rhythm.records import JsonlWriter
+
+people = st.dictionaries(
+    st.tuples(st.sampled_from(["in-dist", "ood", "discrete"]), st.just("train"), st.integers(0, 10_000)),
+    st.floats(min_value=-1.0, max_value=1.0, allow_nan=False), min_size=1, max_size=30)
+
+
+@given(people, st.one_of(st.just(0.0), st.floats(0.01, 0.5), st.floats(-0.5, -0.01)))
+@settings(max_examples=100, deadline=None)
+def test_a_constant_shift_is_the_difference_with_a_zero_width_interval(first, shift):
+    second = {k: v + shift for k, v in first.items()}
+    diffs = paired_differences(first, second)
+    assert sum(d["episodes"] for d in diffs.values()) == len(first)
+    for d in diffs.values():
+        assert d["mean"] == pytest.approx(shift, abs=1e-6)
+        assert d["ci95"][0] == pytest.approx(shift, abs=1e-6) and d["ci95"][1] == pytest.approx(shift, abs=1e-6)
+        assert d["win_rate"] == (1.0 if shift > 0 else 0.0 if shift < 0 else 0.5)
+
+
+def test_only_shared_people_are_paired_and_conditions_keep_the_benchmark_order():
+    first = {("ood", "train", 1): 0.2, ("in-dist", "train", 1): 0.5, ("in-dist", "train", 2): 0.1, ("discrete", "eval", 3): 0.9}
+    second = {("ood", "train", 1): 0.6, ("in-dist", "train", 1): 0.4, ("in-dist", "train", 2): 0.4, ("discrete", "train", 3): 0.0}
+    diffs = paired_differences(first, second)
+    assert list(diffs) == ["in-dist", "ood"]  # discrete's person is on another split: not the same person
+    assert diffs["in-dist"]["episodes"] == 2 and diffs["in-dist"]["mean"] == pytest.approx(0.1)
+    lo, hi = diffs["in-dist"]["ci95"]
+    assert lo <= 0.1 <= hi
+    assert diffs["in-dist"]["win_rate"] == 0.5 and diffs["ood"]["win_rate"] == 1.0
+    assert diffs["ood"]["mean"] == pytest.approx(0.4)
+    with pytest.raises(RhythmError, match="share no person"):
+        paired_differences({("ood", "train", 1): 0.1}, {("ood", "train", 2): 0.1})
+
+
+def test_a_person_played_twice_on_one_side_is_refused():
+    rec = {"condition": "ood", "split": "train", "seed": 4, "score": {"final_score": 0.3}}
+    assert final_scores([rec]) == {("ood", "train", 4): 0.3}
+    with pytest.raises(RhythmError, match="ood person 4 .* appears twice"):
+        final_scores([rec, rec])
+
+
+@pytest.fixture(scope="module")
+def two_agents(tmp_path_factory):
+    """Heuristic and bayes weeks of the same people, in two conditions (bayes split over two files)."""
+    root = tmp_path_factory.mktemp("paired")
+    specs = [EpisodeSpec(c, "train", s) for c in ("ood", "in-dist") for s in range(4)]
+    records = {}
+    for agent in ("heuristic", "bayes"):
+        records[agent] = [r.to_dict() for r in play(make_agent(agent), specs)]
+    paths = {"heuristic": [root / "h.jsonl"], "bayes": [root / "b1.jsonl", root / "b2.jsonl"]}
+    for agent, files in paths.items():
+        chunks = [records[agent]] if len(files) == 1 else [records[agent][:3], records[agent][3:]]
+        for path, chunk in zip(files, chunks, strict=True):
+            with JsonlWriter(path) as w:
+                for r in chunk:
+                    w.write(r)
+    return root, records, paths
+
+
+def test_the_command_pairs_real_episode_files(two_agents, capsys):
+    root, records, paths = two_agents
+    assert main([str(paths["heuristic"][0]), ",".join(map(str, paths["bayes"]))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("condition") and [line.split()[0] for line in out[1:]] == ["in-dist", "ood"]
+    for line in out[1:]:
+        cond = line.split()[0]
+        h = {r["seed"]: r["score"]["final_score"] for r in records["heuristic"] if r["condition"] == cond}
+        b = {r["seed"]: r["score"]["final_score"] for r in records["bayes"] if r["condition"] == cond}
+        mean = sum(b[s] - h[s] for s in h) / len(h)
+        assert line.split()[1] == "4" and float(line.split()[2]) == pytest.approx(mean, abs=5e-4)
+
+
+def test_the_command_gives_one_line_and_exit_2_on_bad_input(two_agents, tmp_path, capsys):
+    _, _, paths = two_agents
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(paths["heuristic"][0].read_bytes() + b"{not json\n")
+    for args in ([str(tmp_path / "missing.jsonl"), str(paths["heuristic"][0])],
+                 [str(broken), str(paths["heuristic"][0])]):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("rhythm: error:")
+    assert "broken.jsonl:9" in err[0]  # the bad line is named
