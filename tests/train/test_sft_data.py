@@ -18,9 +18,11 @@ from rhythm.train.data import (
     EMPTY_REPLY,
     PARSE_FAILURE,
     DataOptions,
+    DataReport,
     build_examples,
     split_episodes,
     split_turns,
+    tokenize_examples,
 )
 
 from .helpers import write_episodes, write_v1_episodes
@@ -264,6 +266,10 @@ def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_
                 else:
                     assert learned.belief == shown.belief
         assert (noisy > 0) == (noise > 0)
+    rows, _ = build_examples(str(path), DataOptions(val_fraction=0.0, strip_reasoning=True))
+    for weights in ({"observation_loss": 0.1}, {"echo_loss": 1.0}):  # either would train the unlearned parts
+        with pytest.raises(RhythmError, match="observation_loss or echo_loss would put the replies' unlearned"):
+            tokenize_examples(rows, tok, None, DataReport(), **weights)
 
 
 @settings(max_examples=40, deadline=None)
