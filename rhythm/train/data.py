@@ -303,6 +303,8 @@ def tokenize_examples(
     """
     template = training_chat_template(tokenizer)
     echo = echo_loss is not None and echo_loss != observation_loss
+    if echo and not getattr(tokenizer, "is_fast", False):
+        raise RhythmError("echo_loss needs a fast tokenizer (character offsets)")
     out: dict[str, list[dict[str, Any]]] = {}
     dropped = 0
     for name, examples in rows.items():
@@ -342,8 +344,6 @@ def _echo_masks(batch: list[dict[str, Any]], input_ids: list[list[int]], tokeniz
     """Which tokens of each rendered week name an action an observation echoes (:func:`echo_tokens`), found
     on the rendered text through the tokenizer's character offsets (a fast tokenizer's)."""
     texts = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=False)
-    if not getattr(tokenizer, "is_fast", False):
-        raise RhythmError("echo_loss needs a fast tokenizer (character offsets)")
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
     masks = []
     for example, text, ids, again, offsets in zip(batch, texts, input_ids, enc["input_ids"], enc["offset_mapping"], strict=True):
