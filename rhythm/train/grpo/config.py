@@ -13,7 +13,7 @@ from rhythm.seeds import parse_seeds
 from rhythm.train.common import TrainRunConfig, check_hub_and_data, data_paths
 from rhythm.train.grpo.rewards import REWARD_FUNCS
 
-MODES = ("step", "episode")
+MODES = ("step", "branch", "episode")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")
 
 
@@ -34,8 +34,9 @@ class GRPORunConfig(TrainRunConfig):
     """Base model (Hub id, path or rhythm-tiny); None = the base recorded in the adapter's adapter_config.json."""
     # --- prompts
     mode: str = "step"
-    """step: one prompt per recorded state, rewards from reward_funcs; episode: the student plays whole
-    weeks, each reply rewarded with its week's final score."""
+    """step: one prompt per recorded state, rewards from reward_funcs; branch: step's states, each reply
+    rewarded with the final score of the week it leads to when the policy plays on greedily (reward
+    branch_score); episode: the student plays whole weeks, each reply rewarded with its week's final score."""
     every_k_steps: int = 1
     """Step mode: keep every k-th step of each episode (seeded offset per episode). Episode mode: train on
     every k-th turn of each week (every turn is still played)."""
@@ -105,6 +106,9 @@ class GRPORunConfig(TrainRunConfig):
     """Adapter, tokenizer, checkpoints, training_log.jsonl, reward_log.jsonl and the effective config."""
     log_replies: bool = True
     """Write every reply's text into reward_log.jsonl (false: state, action and rewards only)."""
+    probe_states: int = 32
+    """Fixed states the policy is probed on at every logging step (probe/kl, probe/action_changed,
+    probe/belief_shift in training_log.jsonl); 0 = no probe."""
     # --- Hub and Hugging Face Jobs
     timeout: str = "4h"
 
@@ -118,7 +122,7 @@ def _adapter_looks_local(path: str) -> bool:
 def validate(cfg: GRPORunConfig) -> None:
     """Cheap checks before anything heavy is imported or launched."""
     if cfg.mode not in MODES:
-        raise RhythmError(f"mode must be step or episode, got {cfg.mode!r}")
+        raise RhythmError(f"mode must be step, branch or episode, got {cfg.mode!r}")
     if not data_paths(cfg) and not has_rollouts(cfg):
         raise RhythmError("no data given; pass --data FILE (teacher episodes JSONL) or rollout_seeds")
     if not cfg.adapter and not cfg.model_name_or_path:
@@ -130,6 +134,10 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError("reward_funcs is empty; name at least one of " + ", ".join(REWARD_FUNCS))
     if "final_score" in cfg.reward_funcs and cfg.mode != "episode":
         raise RhythmError("reward final_score is the score of a played week: it needs mode=episode")
+    if "branch_score" in cfg.reward_funcs and cfg.mode != "branch":
+        raise RhythmError("reward branch_score is the score of the week a reply leads to: it needs mode=branch")
+    if cfg.mode == "branch" and cfg.use_vllm:
+        raise RhythmError("branch mode plays weeks with the trained model itself; use_vllm applies to step mode only")
     if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):
         raise RhythmError(f"reward_weights has {len(cfg.reward_weights)} values for {len(cfg.reward_funcs)} reward_funcs")
     if cfg.max_steps == 0 or cfg.max_steps < -1:
@@ -153,11 +161,11 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"unknown rollout condition(s) {', '.join(bad)}; expected {', '.join(CONDITIONS)}")
     if has_rollouts(cfg):
         parse_seeds(str(cfg.rollout_seeds))
-    if cfg.mode == "step" and cfg.max_episodes is not None:
-        raise RhythmError("max_episodes applies to mode=episode; step mode subsamples with max_prompts")
+    if cfg.mode != "episode" and cfg.max_episodes is not None:
+        raise RhythmError(f"max_episodes applies to mode=episode; {cfg.mode} mode subsamples with max_prompts")
     if cfg.mode == "episode" and cfg.max_prompts is not None:
         raise RhythmError("max_prompts applies to mode=step; episode mode takes max_episodes (people played)")
-    if cfg.mode == "step":
+    if cfg.mode in ("step", "branch"):
         generation = cfg.generation_batch_size or cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
         if generation % cfg.num_generations:
             raise RhythmError(

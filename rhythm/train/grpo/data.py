@@ -339,7 +339,7 @@ def rollout_specs(cfg: GRPORunConfig) -> list[Any]:
 def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], Any]:
     """The training rows of either mode and their report (pure Python, no torch)."""
     paths = data_paths(cfg)
-    if cfg.mode == "step":
+    if cfg.mode in ("step", "branch"):
         return build_prompts(paths, PromptOptions(cfg.every_k_steps, cfg.max_prompts, cfg.seed, cfg.strip_reasoning), student_records)
     keys, report = episode_keys(paths, student_records)
     rows = episode_rows(keys, every_k_steps=cfg.every_k_steps, max_episodes=cfg.max_episodes, seed=cfg.seed, report=report)

@@ -15,6 +15,10 @@ state. Rewards reuse the grader and the planner, so RL and evaluation cannot dis
   under the true profile with the planner's greedy continuation, over ``ROLLOUT_SAMPLES`` noise draws
   (planning noise, never the episode's own). An unparseable reply is valued as the fallback action the
   env would play.
+- ``branch_score``: branch mode only (``mode: branch``). The final score (v3) of the week the reply leads
+  to: from the reply's state, the reply is played and the policy plays the rest of the week greedily, as
+  eval plays it (:mod:`rhythm.train.grpo.branch`). Replies of one group share the person and the env's
+  noise, so their scores differ only by what the reply did.
 - ``final_score``: episode mode only (``rhythm grpo`` with ``mode: episode``). The final score (v3) of
   the whole week this reply was part of, graded by ``rhythm.grader.score_episode`` when the student
   finished playing it (:mod:`rhythm.train.grpo`). Every turn of a week gets its week's score, and GRPO
@@ -129,6 +133,12 @@ def action_value_reward(prompts: list[Any], completions: list[Any], **kwargs: An
     return out
 
 
+def branch_score_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """The final score of the week each reply leads to when the policy plays on greedily from it (branch
+    mode; column ``branch_score``)."""
+    return [float(x) for x in _column(kwargs, "branch_score", len(completions))]
+
+
 def final_score_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """The final score of the week each reply was played in (episode mode; column ``final_score``)."""
     return [float(x) for x in _column(kwargs, "final_score", len(completions))]
@@ -139,6 +149,7 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
     "belief": belief_reward,
     "action_value": action_value_reward,
     "final_score": final_score_reward,
+    "branch_score": branch_score_reward,
 }
 
 
@@ -204,7 +215,7 @@ class RewardLog:
             text = completion_text(c)
             parsed = parse_reply(text)
             line: dict[str, Any] = {"step": step, "batch": self.batches, "group": i // self.num_generations}
-            for key in ("condition", "split", "seed", "t", "prefix", "week", "final_score", "final_score_v2"):
+            for key in ("condition", "split", "seed", "t", "prefix", "week", "final_score", "final_score_v2", "branch_score"):
                 if key in kwargs:
                     line[key] = kwargs[key][i]
             line.update(action=parsed.action_name, parse_ok=parsed.ok,

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from rhythm.config import write_config
@@ -53,6 +54,7 @@ from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     LOG_NAME,
+    data_paths,
     make_log_callback,
     peft_config,
     prepare_output_dir,
@@ -61,8 +63,10 @@ from rhythm.train.common import (
     series,
     trainer_args,
 )
+from rhythm.train.grpo.branch import make_branch_rollout
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
-from rhythm.train.grpo.data import build_rows, rollout_specs, student_rollouts
+from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
+from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
 from rhythm.train.hub import push_folder
@@ -143,7 +147,7 @@ def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = Fals
             num_iterations=cfg.num_iterations,
             mask_truncated_completions=cfg.mask_truncated_completions,
             reward_weights=cfg.reward_weights,
-            shuffle_dataset=cfg.mode == "step",  # episode mode: rows of one person stay together
+            shuffle_dataset=cfg.mode != "episode",  # episode mode: rows of one person stay together
             **kwargs,
         )
     except ValueError as err:
@@ -197,7 +201,11 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     rollout = None
     if cfg.mode == "episode":
         rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
+    elif cfg.mode == "branch":
+        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}")
+    if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
+    probe = _probe(cfg, rows, tokenizer)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=rewards.wrapped(),
@@ -205,11 +213,25 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=peft_config(cfg) if (cfg.use_peft and not cfg.adapter) else None,
-        callbacks=[make_log_callback(out / LOG_NAME, stage="grpo"), *(callbacks or [])],
+        callbacks=[*([make_probe_callback(probe)] if probe else []), make_log_callback(out / LOG_NAME, stage="grpo"),
+                   *(callbacks or [])],
         rollout_func=rollout,
     )
     score_labelled_positions_only(trainer.model, outputs=("log_probs", "entropy"), temperature=cfg.temperature)  # on the CPU
     return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
+
+
+def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> PolicyProbe | None:
+    """The fixed probe states: evenly spaced training prompts (step mode), or states of the data's
+    episodes (episode mode, whose rows are placeholders), the same for every run on the same data."""
+    if cfg.probe_states <= 0:
+        return None
+    if cfg.mode == "episode":
+        rows, _ = build_prompts(data_paths(cfg), PromptOptions(every_k_steps=7, max_prompts=cfg.probe_states, seed=cfg.seed,
+                                                              strip_reasoning=cfg.strip_reasoning))
+    picked = [rows[int(i)] for i in np.linspace(0, len(rows) - 1, min(cfg.probe_states, len(rows)))]
+    stop_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return PolicyProbe([r["prompt"] for r in picked], tokenizer, cfg.max_completion_length, stop_ids)
 
 
 def _trim_logs(out: Path, resume: str | None) -> None:

@@ -1,0 +1,197 @@
+"""Branch mode's rollouts: every sampled reply is scored by the week it leads to.
+
+A prompt is one state of a recorded week (step mode's rows: usually the student's own greedy weeks,
+``rollout_seeds``). For each state the policy samples ``num_generations`` replies; each distinct
+reply action is then played in the env from that exact state and **the policy plays the rest of the
+week greedily, as eval plays it**. The reply's reward is that week's final score (v3, graded by
+:func:`rhythm.grader.score_episode` through :func:`rhythm.episodes.play_batch`). A group's weeks
+share the person and the env's noise (the simulator is deterministic given the actions), so the only
+difference between two replies' scores is what the reply did: common random numbers for free. This is
+VinePPO's Monte Carlo value of an action from an intermediate state, with the student's own greedy
+continuation as the rollout policy, so the reward measures what eval measures.
+
+Replies of one state that name the same action share one continuation (the first such reply's text
+is kept in the week's context); at the last step the stated belief also enters the key, since it is
+the belief the grader scores. For the same reason only the tokens that the score judges enter the loss
+(TRL's ``env_mask``, :func:`decision_mask`): the action line before the last step, the whole reply at
+it; otherwise the belief numbers of every reply would be pushed up or down with its action's luck.
+Runs inside TRL's ``rollout_func`` (:mod:`rhythm.train.grpo`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from rhythm.agents.base import Decision
+from rhythm.agents.model import decision_of
+from rhythm.env.constants import EPISODE_STEPS
+from rhythm.episodes import play_batch
+from rhythm.model.lockstep import LockstepChat
+from rhythm.protocol import parse_reply
+
+
+def prompt_key(prompt: Sequence[dict[str, Any]]) -> bytes:
+    """A conversation's identity (roles and texts), as the dataset row and the rollout both see it."""
+    return orjson.dumps([(m.get("role"), m.get("content")) for m in prompt])
+
+
+@dataclass(frozen=True)
+class State:
+    """Where a prompt sits: the person, the step, and the replies already played before it."""
+
+    condition: str
+    split: str
+    seed: int
+    t: int
+    replies: tuple[str, ...]
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> State:
+        replies = tuple(str(m["content"]) for m in row["prompt"] if m.get("role") == "assistant")
+        if len(replies) != int(row["t"]):
+            raise ValueError(f"prompt at t={row['t']} holds {len(replies)} replies")
+        return cls(str(row["condition"]), str(row["split"]), int(row["seed"]), int(row["t"]), replies)
+
+
+def decision_mask(tokenizer: Any, completion_ids: Sequence[int], t: int) -> list[int]:
+    """Which reply tokens the branch score judges (TRL's ``env_mask``: 1 = in the loss): from the token that
+    completes ``ACTION`` to the end. Before the last step the stated belief changes no score, so its
+    tokens stay out of the loss; at the last step, and in a reply with no action line, every token is in."""
+    if t == EPISODE_STEPS - 1:
+        return [1] * len(completion_ids)
+    for k in range(len(completion_ids)):
+        if "ACTION" in tokenizer.decode(list(completion_ids[: k + 1]), skip_special_tokens=True):
+            return [0] * k + [1] * (len(completion_ids) - k)
+    return [1] * len(completion_ids)
+
+
+def branch_key(text: str, t: int) -> tuple[Any, ...]:
+    """Replies with the same key lead to the same week: the action, and at the last step the belief too."""
+    parsed = parse_reply(text)
+    return (parsed.action, parsed.belief if t == EPISODE_STEPS - 1 else None)
+
+
+class BranchAgent:
+    """Plays given weeks: recorded replies before each week's branch step, the branch reply at it, and the
+    greedy policy after it (one lockstep engine for every week of the batch, started when the first week
+    leaves its recorded part; weeks still in theirs are prefilled and their engine reply ignored)."""
+
+    def __init__(self, engine: LockstepChat, name: str, forced: Sequence[Sequence[str]]) -> None:
+        self.engine = engine
+        self.name = name
+        self.forced = [list(f) for f in forced]  # week i: replies for steps 0..t_i (the branch reply last)
+        self.started = False
+
+    def reset(self, episodes: list[Any]) -> None:
+        if len(episodes) != len(self.forced):
+            raise ValueError(f"{len(episodes)} episodes for {len(self.forced)} branches")
+        self.started = False
+
+    def act(self, obs: Any) -> list[Decision]:
+        t = obs.t
+        n = len(self.forced)
+        turns = None
+        if any(t >= len(f) for f in self.forced):
+            if not self.started:
+                self.engine.reset(n)
+                self.started = True
+            turns = self.engine.step([obs.conversation(i) for i in range(n)])
+        out = []
+        for i, f in enumerate(self.forced):
+            if t < len(f):
+                p = parse_reply(f[t])
+                out.append(Decision(action=p.action, belief=p.belief, text=f[t], parse_ok=p.ok))
+            else:
+                out.append(decision_of(turns[i]))
+        return out
+
+
+def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_tokens: int,
+                  branches: Sequence[tuple[State, str]], name: str) -> list[dict[str, Any]]:
+    """Play each (state, reply) branch to the end of its week, the policy greedy after the reply; returns
+    each week's score dict (``final_score``, ``final_score_v2``, ...) in order."""
+    by_person: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, (state, _) in enumerate(branches):
+        by_person[(state.condition, state.split)].append(i)
+    scores: list[dict[str, Any]] = [{} for _ in branches]
+    for (condition, split), idx in by_person.items():
+        engine = LockstepChat(model, tokenizer, stop_ids=stop_ids, max_new_tokens=max_new_tokens)
+        forced = [[*branches[i][0].replies, branches[i][1]] for i in idx]
+        agent = BranchAgent(engine, name, forced)
+        records = play_batch(agent, condition, split, [branches[i][0].seed for i in idx], model=name)
+        for i, record in zip(idx, records, strict=True):
+            scores[i] = dict(record.score)
+    return scores
+
+
+def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
+                        on_batch: Callable[[dict[str, Any]], None] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
+    """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows)."""
+    states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        import torch
+        from trl.models import unwrap_model_for_generation
+
+        tokenizer = trainer.processing_class
+        g = trainer.generation_config
+        stop_ids = list(trainer.eos_token_ids)
+        pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0])
+        prompt_ids = [tokenizer(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False),
+                                add_special_tokens=False)["input_ids"] for p in prompts]
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompt_ids):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        step = trainer.state.global_step + 1
+        generator_seed = trainer.args.seed * 100_003 + step
+        with unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            generation_kwargs=trainer.generation_kwargs,
+        ) as model, torch.no_grad():
+            torch.manual_seed(generator_seed)
+            out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
+                                 temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
+                                 max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)
+            completion_ids = []
+            for row in out[:, width:].tolist():
+                kept = []
+                for tok in row:
+                    kept.append(int(tok))
+                    if tok in stop_ids:
+                        break
+                completion_ids.append(kept)
+            texts = tokenizer.batch_decode([[t for t in c if t not in stop_ids] for c in completion_ids], skip_special_tokens=True)
+            texts = [t.strip() for t in texts]
+            row_states = [states[prompt_key(p)] for p in prompts]
+            branch_of: dict[tuple[Any, ...], int] = {}
+            branches: list[tuple[State, str]] = []
+            index = []
+            for state, text in zip(row_states, texts, strict=True):
+                key = (state, *branch_key(text, state.t))
+                if key not in branch_of:
+                    branch_of[key] = len(branches)
+                    branches.append((state, text))
+                index.append(branch_of[key])
+            scores = branch_scores(model, tokenizer, stop_ids, int(g.max_new_tokens), branches, name)
+        result = {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,  # sampling logprobs only matter for vLLM's importance correction
+            "env_mask": [decision_mask(tokenizer, c, s.t) for c, s in zip(completion_ids, row_states, strict=True)],
+            "branch_score": [float(scores[j]["final_score"]) for j in index],
+            "branch_score_v2": [float(scores[j]["final_score_v2"]) for j in index],
+        }
+        if on_batch is not None:
+            on_batch({"step": step, "states": len(set(row_states)), "branches": len(branches), "replies": len(prompts)})
+        return result
+
+    return rollout

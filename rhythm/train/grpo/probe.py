@@ -1,0 +1,151 @@
+"""What shows whether a refine run can learn, logged beside TRL's own metrics: a fixed set of states
+the policy is probed on at every logging step.
+
+- ``probe/kl``: KL(current policy || starting policy), per reply token, on the starting policy's
+  greedy replies to the probe states (every vocabulary entry at every reply position), so it is
+  measured even when the run's ``beta`` is 0 and TRL computes no KL.
+- ``probe/action_changed``: the share of probe states whose greedy action differs from the starting
+  policy's greedy action there (what eval would play differently).
+- ``probe/belief_shift``: the mean absolute change of the greedy stated belief (S, M, W) there.
+
+TRL itself logs ``reward`` (per step), ``rewards/<name>/mean`` and ``frac_reward_zero_std`` (the share
+of groups whose replies all scored the same, so they carry no gradient). Heavy imports happen inside
+the functions that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rhythm.protocol import parse_reply
+
+
+def _encode(tokenizer: Any, prompts: Sequence[Any]) -> list[list[int]]:
+    out = []
+    for p in prompts:
+        ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)
+        out.append(list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids))
+    return out
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad_id: int):
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+class PolicyProbe:
+    """Greedy replies and per-token distributions of a policy on fixed prompts, compared with the start."""
+
+    def __init__(self, prompts: Sequence[Any], tokenizer: Any, max_new_tokens: int, stop_ids: Sequence[int]) -> None:
+        self.prompts = list(prompts)
+        self.tokenizer = tokenizer
+        self.max_new_tokens = int(max_new_tokens)
+        self.stop_ids = sorted({int(i) for i in stop_ids})
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0])
+        self.prompt_ids = _encode(tokenizer, self.prompts)
+        self.start_replies: list[list[int]] | None = None
+        self.start_logprobs: list[Any] = []
+        self.start_decisions: list[Any] = []
+
+    def greedy(self, model: Any) -> list[list[int]]:
+        """Greedy reply token ids (stop token included when reached) for every probe prompt."""
+        import torch
+
+        ids, mask = _left_pad(self.prompt_ids, self.pad_id)
+        ids, mask = ids.to(model.device), mask.to(model.device)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_new_tokens, do_sample=False,
+                                 eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
+        replies = []
+        for row in out[:, ids.shape[1]:].tolist():
+            reply = []
+            for tok in row:
+                reply.append(int(tok))
+                if tok in self.stop_ids:
+                    break
+            replies.append(reply)
+        return replies
+
+    def logprobs(self, model: Any, replies: Sequence[Sequence[int]]) -> list[Any]:
+        """Log-softmax over the vocabulary at each reply position, teacher-forced on ``replies``."""
+        import torch
+
+        rows = [list(p) + list(r) for p, r in zip(self.prompt_ids, replies, strict=True)]
+        ids, mask = _left_pad(rows, self.pad_id)
+        ids, mask = ids.to(model.device), mask.to(model.device)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        out = []
+        for i, r in enumerate(replies):
+            end = ids.shape[1]
+            positions = slice(end - len(r) - 1, end - 1)  # the logits that predict each reply token
+            out.append(torch.log_softmax(logits[i, positions], dim=-1).cpu())
+        return out
+
+    def _decisions(self, replies: Sequence[Sequence[int]]) -> list[Any]:
+        return [parse_reply(self.tokenizer.decode(r, skip_special_tokens=True)) for r in replies]
+
+    def start(self, model: Any) -> None:
+        """Record the starting policy: its greedy replies, their per-token distributions and decisions."""
+        was_training = model.training
+        model.eval()
+        try:
+            self.start_replies = self.greedy(model)
+            self.start_logprobs = self.logprobs(model, self.start_replies)
+            self.start_decisions = self._decisions(self.start_replies)
+        finally:
+            model.train(was_training)
+
+    def measure(self, model: Any) -> dict[str, float]:
+        """``probe/kl``, ``probe/action_changed`` and ``probe/belief_shift`` of ``model`` against the start."""
+        import torch
+
+        if self.start_replies is None:
+            raise RuntimeError("PolicyProbe.start must run before measure")
+        was_training = model.training
+        model.eval()
+        try:
+            now = self.logprobs(model, self.start_replies)
+            decisions = self._decisions(self.greedy(model))
+        finally:
+            model.train(was_training)
+        kls = [float((torch.exp(n) * (n - s)).sum(-1).mean()) for n, s in zip(now, self.start_logprobs, strict=True)]
+        changed = [a.action != b.action for a, b in zip(decisions, self.start_decisions, strict=True)]
+        shifts = [float(np.abs(np.array(a.belief) - np.array(b.belief)).mean())
+                  for a, b in zip(decisions, self.start_decisions, strict=True) if a.belief is not None and b.belief is not None]
+        return {
+            "probe/kl": float(np.mean(kls)),
+            "probe/action_changed": float(np.mean(changed)),
+            "probe/belief_shift": float(np.mean(shifts)) if shifts else float("nan"),
+        }
+
+
+def make_probe_callback(probe: PolicyProbe):
+    """A ``TrainerCallback`` that records the start at train begin and adds the probe's figures to each log
+    entry (place it before the callback that writes ``training_log.jsonl``)."""
+    from transformers import TrainerCallback
+
+    class ProbeCallback(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            if probe.start_replies is None and model is not None:
+                probe.start(model)
+
+        def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+            if logs is None or model is None or "loss" not in logs and "reward" not in logs:
+                return
+            figures = {k: round(v, 6) for k, v in probe.measure(model).items()}
+            logs.update(figures)  # what the console shows
+            if state.log_history:
+                state.log_history[-1].update(figures)  # what training_log.jsonl and the plots read
+
+    return ProbeCallback()

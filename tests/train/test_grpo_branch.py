@@ -1,0 +1,125 @@
+"""Branch mode: each sampled reply is scored by the week it leads to, the policy playing on greedily.
+
+The checks are independent of the branch code: a branch that replays the student's own greedy reply
+must give back the student's own greedy week (eval's runner, eval's engine), and a run's logged
+rewards must be what the starting model's weeks score."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import orjson
+import pytest
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.model.load import ModelOptions
+from rhythm.protocol import parse_reply
+from rhythm.train.grpo.branch import State, branch_key, branch_scores, decision_mask, prompt_key
+from rhythm.train.grpo.data import PromptOptions, build_prompts, student_rollouts
+
+from .helpers import TINY_CONFIG
+
+FROM_MODEL = ["--set", "adapter=null", "--set", "use_peft=false"]
+
+
+def _load(path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def greedy_week(sft_model):
+    """The SFT student's own greedy week (played by eval's model agent) and its step rows."""
+    records = student_rollouts(str(sft_model), [EpisodeSpec("in-dist", "train", 7)], ModelOptions(max_new_tokens=16))
+    rows, _ = build_prompts([], PromptOptions(), records)
+    return records[0], rows
+
+
+def test_branching_on_the_students_own_reply_gives_back_its_own_week(sft_model, greedy_week):
+    record, rows = greedy_week
+    model, tokenizer = _load(sft_model)
+    states = [State.of_row(rows[t]) for t in (0, 9, 27)]
+    branches = [(s, record["steps"][s.t]["response"]) for s in states]
+    scores = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test")
+    for s, score in zip(states, scores, strict=True):
+        assert score["final_score"] == pytest.approx(record["score"]["final_score"], abs=1e-12), s.t
+        assert score["return"] == pytest.approx(record["score"]["return"], abs=1e-12) and score["crashes"] == record["score"]["crashes"]
+
+
+def test_another_action_changes_the_week_from_its_step_on(sft_model, greedy_week):
+    """The branch week plays the recorded actions before t, the branch action at t; the score is the
+    grader's for that week (its return is the env's for those actions)."""
+    record, rows = greedy_week
+    model, tokenizer = _load(sft_model)
+    t = 5
+    state = State.of_row(rows[t])
+    own = parse_reply(record["steps"][t]["response"]).action_name
+    other = "SLEEP" if own != "SLEEP" else "DEEP_WORK"
+    reply = f"BELIEF: S=0.50 M=0.50 W=0.50\nACTION: {other}"
+    [score] = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, [(state, reply)], "test")
+    assert score["final_score"] != pytest.approx(record["score"]["final_score"], abs=1e-9)
+    assert state.replies == tuple(s["response"] for s in record["steps"][:t])
+
+
+def test_state_identity_and_branch_keys(greedy_week):
+    _, rows = greedy_week
+    keys = {prompt_key(r["prompt"]) for r in rows}
+    assert len(keys) == len(rows) == 28, "two states of one week share a prompt key"
+    assert [State.of_row(r).t for r in rows] == list(range(28))
+    a = "BELIEF: S=0.10 M=0.20 W=0.30\nACTION: SLEEP"
+    b = "BELIEF: S=0.90 M=0.20 W=0.30\nACTION: SLEEP"
+    assert branch_key(a, 3) == branch_key(b, 3), "before the last step only the action decides the week"
+    assert branch_key(a, 27) != branch_key(b, 27), "at the last step the stated belief is graded"
+    with pytest.raises(ValueError, match="holds 3 replies"):
+        State.of_row({**rows[3], "t": 4})
+
+
+@pytest.mark.slow
+def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_path, sft_model):
+    """Two steps through the CLI on the student's own states: replies of a group that name the same
+    action share a score; the first step's scores are the starting model's weeks."""
+    out = tmp_path / "grpo"
+    code, stdout, err = run_cli(
+        "grpo", "--config", TINY_CONFIG, "--model", str(sft_model), *FROM_MODEL, "--set", "data=", "-o", str(out),
+        "--max-steps", "2", "--set", "mode=branch", "--set", "reward_funcs=[branch_score]", "--set", "reward_weights=[1.0]",
+        "--set", "rollout_seeds=3", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
+        "--set", "logging_steps=1", "--set", "probe_states=4", "-q")
+    assert code == 0, err
+    summary = orjson.loads(stdout)
+    assert summary["mode"] == "branch" and summary["global_step"] == 2
+    log = [orjson.loads(x) for x in (out / "training_log.jsonl").read_bytes().splitlines()]
+    steps = [e for e in log if "loss" in e]
+    for e in steps:
+        assert {"rewards/branch_score/mean", "frac_reward_zero_std", "probe/kl", "probe/action_changed"} <= set(e)
+    lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 16
+    groups = defaultdict(list)
+    for ln in lines:
+        groups[(ln["batch"], ln["group"])].append(ln)
+    for group in groups.values():
+        by_key = defaultdict(set)
+        for ln in group:
+            by_key[branch_key(ln["reply"], ln["t"])].add(ln["rewards"]["branch_score"])
+        assert all(len(v) == 1 for v in by_key.values()), "one action, two weeks"
+    model, tokenizer = _load(sft_model)
+    rows, _ = build_prompts([], PromptOptions(), [orjson.loads(x) for x in (out / "student_rollouts.jsonl").read_bytes().splitlines()])
+    by_t = {State.of_row(r).t: State.of_row(r) for r in rows}
+    first = [ln for ln in lines if ln["step"] == 1]
+    scores = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, [(by_t[ln["t"]], ln["reply"]) for ln in first], "x")
+    assert [ln["rewards"]["branch_score"] for ln in first] == pytest.approx([s["final_score"] for s in scores], abs=1e-12)
+
+
+def test_only_the_judged_tokens_enter_the_loss(sft_model):
+    """Before the last step the action line alone (its tokens decode back to it); at the last step, or
+    without an action line, the whole reply."""
+    _, tokenizer = _load(sft_model)
+    reply = "BELIEF: S=0.25 M=0.75 W=0.50\nACTION: MEDITATE"
+    ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    mask = decision_mask(tokenizer, ids, 4)
+    assert 0 < sum(mask) < len(ids) and mask == sorted(mask), "one block at the end"
+    kept = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
+    assert "MEDITATE" in kept and "S=" not in kept and "0.25" not in kept
+    assert decision_mask(tokenizer, ids, 27) == [1] * len(ids)
+    lost = tokenizer("BELIEF: S=0.25 M=0.75 W=0.50", add_special_tokens=False)["input_ids"]
+    assert decision_mask(tokenizer, lost, 4) == [1] * len(lost)

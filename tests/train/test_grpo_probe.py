@@ -1,0 +1,52 @@
+"""The refine run's probe: KL to the starting policy and greedy-action changes on fixed states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.registry import make_agent
+from rhythm.episodes import play
+from rhythm.protocol import record_conversation
+from rhythm.train.grpo.probe import PolicyProbe
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    records = [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("in-dist", "train", s) for s in range(2)])]
+    return [record_conversation(r, t) for r in records for t in (0, 5, 13)]
+
+
+def _load(path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def test_probe_is_zero_at_the_start_and_moves_with_the_policy(prompts, sft_model):
+    import torch
+
+    model, tokenizer = _load(sft_model)
+    probe = PolicyProbe(prompts, tokenizer, max_new_tokens=16, stop_ids=[tokenizer.eos_token_id])
+    probe.start(model)
+    assert len(probe.start_replies) == len(prompts) and all(probe.start_replies)
+    same = probe.measure(model)
+    assert same["probe/kl"] == pytest.approx(0.0, abs=1e-6)
+    assert same["probe/action_changed"] == 0.0 and same["probe/belief_shift"] == pytest.approx(0.0, abs=1e-9)
+
+    # the KL is KL(now || start) over the whole vocabulary at each of the start's reply positions
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3.0)  # sharper at every position (the head may be tied: the input side moves too)
+    moved = probe.measure(model)
+    now = probe.logprobs(model, probe.start_replies)
+    by_hand = np.mean([float((n.exp() * (n - s)).sum(-1).mean()) for n, s in zip(now, probe.start_logprobs, strict=True)])
+    assert moved["probe/kl"] > 1e-3 and moved["probe/kl"] == pytest.approx(by_hand, rel=1e-6)
+    assert 0.0 <= moved["probe/action_changed"] <= 1.0
+
+
+def test_probe_must_start_before_it_measures(prompts, sft_model):
+    model, tokenizer = _load(sft_model)
+    probe = PolicyProbe(prompts, tokenizer, max_new_tokens=16, stop_ids=[tokenizer.eos_token_id])
+    with pytest.raises(RuntimeError, match="start must run before measure"):
+        probe.measure(model)
