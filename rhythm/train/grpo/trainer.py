@@ -66,7 +66,6 @@ from rhythm.train.grpo.data import build_rows, rollout_specs, student_rollouts
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
 from rhythm.train.hub import push_folder
-from rhythm.train.lm_head import score_labelled_positions_only
 
 REWARD_LOG_NAME = "reward_log.jsonl"
 ROLLOUTS_NAME = "episode_rollouts.jsonl"
@@ -208,7 +207,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         callbacks=[make_log_callback(out / LOG_NAME, stage="grpo"), *(callbacks or [])],
         rollout_func=rollout,
     )
-    score_labelled_positions_only(trainer.model, outputs=("log_probs", "entropy"), temperature=cfg.temperature)  # on the CPU
     return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
 
 
