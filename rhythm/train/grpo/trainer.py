@@ -116,16 +116,16 @@ def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = Fals
     """The TRL ``GRPOConfig`` of a run (episode mode: batch sizes derived, no dataset shuffle)."""
     from trl import GRPOConfig
 
-    generation_batch_size = cfg.generation_batch_size
-    accumulation = cfg.gradient_accumulation_steps
+    generation_batch_size = cfg.step.generation_batch_size
+    accumulation = cfg.step.gradient_accumulation_steps
     if cfg.mode == "episode":
         world = int(os.environ.get("WORLD_SIZE", "1"))
         generation_batch_size = episode_batch(cfg)
         # one generation batch of whole weeks per optimizer step: on-policy, and no week is split
         accumulation = max(1, generation_batch_size // (cfg.per_device_train_batch_size * world))
     kwargs: dict[str, Any] = {}
-    if cfg.use_vllm:
-        kwargs.update(use_vllm=True, vllm_mode=cfg.vllm_mode, vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    if cfg.mode == "step" and cfg.step.use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode=cfg.step.vllm_mode, vllm_gpu_memory_utilization=cfg.step.vllm_gpu_memory_utilization)
     try:
         return GRPOConfig(
             **trainer_args(cfg, resolved, quiet),
