@@ -22,35 +22,25 @@ import sys
 
 import rhythm.train.sft as sft
 from rhythm.env.constants import ACTIONS
-from rhythm.train.lm_head import trl_patched_model
-from rhythm.train.token_weights import weight_target_tokens
 
 
 def patch(weight: float, im_end: bool) -> None:
-    """Label every token of each week and weight the log-probabilities by token (see the module doc)."""
-    import torch
+    """Label every token of each week and weight it by token (see the module doc), through the same
+    ``loss_weights`` column that ``observation_loss`` fills."""
+    tokenize = sft.tokenize_examples
 
-    tokenize, build = sft.tokenize_examples, sft.build_trainer
-
-    def every_token(rows, tokenizer, max_length, report, **kwargs):
+    def by_token(rows, tokenizer, max_length, report, **kwargs):
         out = tokenize(rows, tokenizer, max_length, report)
+        vocab = tokenizer.get_vocab()
+        markers = ["BELIEF: S=", " M=", " W=", "\nACTION:", *(["<|im_end|>"] if im_end else [])]
+        reply = {vocab[f"{i / 100:.2f}"] for i in range(101)} | {vocab[t] for t in markers} | {vocab[" " + a] for a in ACTIONS}
         for examples in out.values():
             for example in examples:
                 example["labels"] = list(example["input_ids"])
+                example["loss_weights"] = [1.0 if t in reply else weight for t in example["input_ids"]]
         return out
 
-    def weighted(cfg, **kwargs):
-        run = build(cfg, **kwargs)
-        vocab = run.trainer.processing_class.get_vocab()
-        model = trl_patched_model(run.trainer.model)
-        markers = ["BELIEF: S=", " M=", " W=", "\nACTION:", *(["<|im_end|>"] if im_end else [])]
-        reply = [vocab[f"{i / 100:.2f}"] for i in range(101)] + [vocab[t] for t in markers] + [vocab[" " + a] for a in ACTIONS]
-        table = torch.full((model.get_output_embeddings().weight.shape[0],), weight)
-        table[reply] = 1.0
-        weight_target_tokens(model, table)
-        return run
-
-    sft.tokenize_examples, sft.build_trainer = every_token, weighted
+    sft.tokenize_examples = by_token
 
 
 def main() -> None:

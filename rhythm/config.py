@@ -6,6 +6,10 @@ of the wrong type. Nested dataclass fields take nested YAML mappings or dotted k
 (``planner.horizon=6``). The resolved config goes into every output it produced
 (:func:`config_dict`, :func:`config_hash`).
 
+A YAML file may start from another: ``base: sft-tiny.yaml`` (a path relative to the including file, or a
+shipped config's name) is read first and the file's own keys are applied on top, section by section, so a
+variant states only what it changes. Bases chain; a cycle is refused.
+
 The recipe's configs ship inside the package (``rhythm/configs/*.yaml``, read with
 :mod:`importlib.resources`): wherever a config path is accepted, a path that does not exist but names
 a shipped config (``sft-tiny``, ``sft-tiny.yaml`` or ``configs/sft-tiny.yaml``) means that one, so
@@ -50,7 +54,10 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
         key = str(raw_key).replace("-", "_")
         head, _, rest = key.partition(".")
         if head not in fields:
-            raise RhythmError(f"{where}: unknown key {raw_key!r} for {cls.__name__}{_suggest(head, fields)}")
+            moved = [f"{name}.{head}" for name in fields if dataclasses.is_dataclass(hints[name])
+                     and head in {f.name for f in dataclasses.fields(hints[name])}]  # a key that lives in a section
+            suggestion = f"; did you mean {moved[0]!r}?" if moved else _suggest(head, fields)
+            raise RhythmError(f"{where}: unknown key {raw_key!r} for {cls.__name__}{suggestion}")
         hint = hints[head]
         if dataclasses.is_dataclass(hint):
             sub = out[head]
@@ -127,12 +134,33 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def config_layers(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The YAML at ``path`` and its chain of ``base:`` files, as ``(file, keys)`` from the deepest base up."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    file = find_config(path)
+    while True:
+        if any(file.resolve() == seen.resolve() for seen, _ in chain):
+            names = " -> ".join(str(p) for p, _ in chain)
+            raise RhythmError(f"{chain[-1][0]}: base: {file} makes a cycle ({names} -> {file})")
+        data = read_yaml(file)
+        data.pop("_provenance", None)  # written by write_config beside outputs; not a setting
+        base = data.pop("base", None)
+        chain.append((file, data))
+        if base is None:
+            return chain[::-1]
+        if not isinstance(base, str) or not base.strip():
+            raise RhythmError(f"{file}: base must be the path of another config file, got {base!r}")
+        beside = file.parent / base
+        file = beside if beside.is_file() else find_config(base)
+
+
 def load_config(
     cls: type[T],
     path: str | Path | None = None,
     overrides: Mapping[str, Any] | Iterable[str] | None = None,
 ) -> T:
-    """Defaults of ``cls``, updated by the YAML at ``path``, then by ``overrides`` (CLI wins).
+    """Defaults of ``cls``, updated by the YAML at ``path`` (after its ``base:`` chain), then by ``overrides``
+    (CLI wins).
 
     ``overrides`` is a mapping (None values are skipped: options the user did not give; :data:`NULL`
     sets a field to None) or a list of ``key=value`` strings (``key=null`` sets None).
@@ -141,10 +169,8 @@ def load_config(
         raise TypeError(f"{cls!r} is not a dataclass")
     defaults = cls()
     values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls)}
-    if path is not None:
-        data = read_yaml(path)
-        data.pop("_provenance", None)  # written by write_config beside outputs; not a setting
-        values = _apply(cls, values, data, str(path))
+    for file, data in config_layers(path) if path is not None else []:
+        values = _apply(cls, values, data, str(file))
     if overrides is not None:
         if not isinstance(overrides, Mapping):
             overrides = parse_overrides(overrides)

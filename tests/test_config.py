@@ -105,3 +105,54 @@ def test_shipped_configs_are_found_by_name_from_anywhere(tmp_path: Path, monkeyp
     assert find_config("configs/sft-tiny.yaml") == Path("configs/sft-tiny.yaml")
     with pytest.raises(RhythmError, match="config file not found: other/sft-tiny.yaml"):
         find_config("other/sft-tiny.yaml")
+
+
+def test_base_is_read_first_relative_to_the_including_file_and_chains(tmp_path: Path) -> None:
+    """``base:`` applies the base's keys first (a nested section key by key), then the file's own; bases
+    chain, each path relative to the file that names it; the command line still wins."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "root.yaml").write_text("learning_rate: 1.0e-3\nname: root\ninner:\n  horizon: 2\n  samples: 4\n")
+    (tmp_path / "shared" / "mid.yaml").write_text("base: root.yaml\nname: mid\ntags: [m]\n")
+    (tmp_path / "top.yaml").write_text("base: shared/mid.yaml\ninner:\n  samples: 9\n")
+    assert load_config(Outer, tmp_path / "top.yaml") == Outer(1e-3, "mid", ["m"], None, Inner(2, 9))
+    assert load_config(Outer, tmp_path / "top.yaml", ["inner.horizon=5"]).inner == Inner(5, 9)
+
+
+def test_a_base_cycle_a_bad_base_and_an_unknown_key_in_a_base_fail_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(RhythmError, match=r"b.yaml: base: .*a.yaml makes a cycle \(.*a.yaml -> .*b.yaml -> .*a.yaml\)") as err:
+        load_config(Outer, tmp_path / "a.yaml")
+    assert "\n" not in str(err.value)
+    (tmp_path / "self.yaml").write_text("base: self.yaml\n")
+    with pytest.raises(RhythmError, match="makes a cycle"):
+        load_config(Outer, tmp_path / "self.yaml")
+    (tmp_path / "c.yaml").write_text("base: [a.yaml]\n")
+    with pytest.raises(RhythmError, match="base must be the path of another config file"):
+        load_config(Outer, tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(RhythmError, match="config file not found: missing.yaml"):
+        load_config(Outer, tmp_path / "d.yaml")
+    (tmp_path / "base.yaml").write_text("learning_rat: 1.0\n")
+    (tmp_path / "e.yaml").write_text("base: base.yaml\n")
+    with pytest.raises(RhythmError, match=r"base.yaml: unknown key 'learning_rat' for Outer; did you mean 'learning_rate'\?"):
+        load_config(Outer, tmp_path / "e.yaml")
+
+
+def test_shipped_variants_change_only_what_they_state() -> None:
+    """Each shipped config with a ``base:`` resolves to its base with exactly the keys it states changed, and
+    the resolved config (as written beside outputs) shows nested sections with their effective values."""
+    import yaml
+
+    from rhythm.config import config_dict, config_layers, find_config
+    from rhythm.train.grpo import GRPORunConfig
+    from rhythm.train.sft import SFTRunConfig
+
+    variants = {"sft-tiny-openings.yaml": SFTRunConfig, "sft-small.yaml": SFTRunConfig, "grpo-small.yaml": GRPORunConfig}
+    for name, cls in variants.items():
+        base = yaml.safe_load(find_config(name).read_text())["base"]
+        own = config_layers(name)[-1][1]
+        resolved, of_base = config_dict(load_config(cls, name)), config_dict(load_config(cls, base))
+        assert {k for k in resolved if resolved[k] != of_base[k]} == set(own), name
+    step = config_dict(load_config(GRPORunConfig, "grpo-tiny.yaml", ["step.every_k_steps=2"]))["step"]
+    assert step["every_k_steps"] == 2 and step["strip_reasoning"] is True and step["gradient_accumulation_steps"] == 1

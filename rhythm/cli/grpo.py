@@ -54,7 +54,7 @@ def grpo_command(
         from rhythm.train.jobs import JOB_PACKAGES
 
         submit_stage("grpo", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="adapter",
-                     packages=JOB_PACKAGES + (("vllm",) if cfg.use_vllm else ()))
+                     packages=JOB_PACKAGES + (("vllm",) if cfg.mode == "step" and cfg.step.use_vllm else ()))
         return
     if repos:  # push_to_hub
         err_console.print(repos, markup=False, highlight=False, soft_wrap=True)

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rhythm.env.render import ECHOED_ACTION
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import check_protocol, read_episodes
-from rhythm.train.observation_loss import echo_tokens, week_labels
 
 # Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
@@ -291,10 +291,8 @@ def tokenize_examples(
     rows: dict[str, list[dict[str, Any]]], tokenizer, max_length: int | None, report: DataReport, chunk: int = 256,
     observation_loss: float = 0.0, echo_loss: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Render and tokenize every week once, as TRL would, adding ``input_ids`` and ``labels`` (-100 outside
-    the assistant replies, or the rest of the week at ``observation_loss``, the observations' echoed action
-    names at ``echo_loss``: :mod:`rhythm.train.observation_loss`); weeks longer than ``max_length`` tokens
-    are left out and counted.
+    """Render and tokenize every week once, as TRL would, adding ``input_ids``, ``labels`` and ``loss_weights``
+    (:func:`week_weights`); weeks longer than ``max_length`` tokens are left out and counted.
 
     TRL truncates from the right, which would silently cut the last turns (and their loss) off a week, so
     such examples are dropped and reported instead; the longest week is recorded in the report. Handing TRL
@@ -325,8 +323,9 @@ def tokenize_examples(
                 if (observation_loss > 0 or echo) and any(m.get("context") or m.get("after") for m in example["messages"]):
                     raise RhythmError(f"episode {example['episode']}: observation_loss or echo_loss would put the replies' unlearned "
                                       "parts (context_noise, explored steps) in the loss; use one or the other")
-                labels = week_labels(ids, mask, observation_loss, echo_mask, echo_loss)
-                kept.append({**example, "input_ids": ids, "labels": labels})
+                weights = week_weights(mask, observation_loss, echo_mask, echo_loss)
+                labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
+                kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights})
         out[name] = kept
     if dropped:
         report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped
@@ -338,6 +337,27 @@ def tokenize_examples(
     report.train_episodes = len({e["episode"] for e in out["train"]})
     report.validation_episodes = len({e["episode"] for e in out.get("validation", [])})
     return out
+
+
+def week_weights(assistant_mask: Sequence[int], observation_loss: float,
+                 echo_mask: Sequence[int] | None = None, echo_loss: float | None = None) -> list[float]:
+    """The loss weight of each token of a week: 1 in the replies, ``echo_loss`` on the action names the
+    observations echo (``echo_mask``; None: as the rest), ``observation_loss`` on everything else."""
+    echo_mask = echo_mask if echo_loss is not None and echo_mask is not None else [0] * len(assistant_mask)
+    return [1.0 if m else float(echo_loss if e else observation_loss) for m, e in zip(assistant_mask, echo_mask, strict=True)]
+
+
+def echo_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
+    """1 for each token (given by its character ``offsets`` in ``text``) that overlaps the action name an
+    observation echoes (``After DEEP_WORK:``), else 0."""
+    import numpy as np
+
+    starts, ends = np.asarray(offsets, dtype=np.int64).reshape(-1, 2).T
+    mask = np.zeros(len(starts), dtype=bool)
+    for m in ECHOED_ACTION.finditer(text):
+        s, e = m.span(1)
+        mask |= (starts < e) & (s < ends)
+    return mask.astype(int).tolist()
 
 
 def _echo_masks(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None) -> list[list[int]]:

@@ -7,9 +7,10 @@
     rhythm sft --flavor a10g-large          # Hugging Face Jobs: model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
 
 Each teacher episode is one example: the whole week as one conversation (protocol v2; see
-:mod:`rhythm.train.data`), and the loss falls on every assistant turn and nothing else
-(``assistant_only_loss``, which needs ``{% generation %}`` markers: the tiny student's template has
-them, and for Qwen2.5 TRL swaps in its own training template). ``max_length`` must cover a whole week:
+:mod:`rhythm.train.data`), and the loss falls on every assistant turn (``assistant_only_loss``, which
+needs ``{% generation %}`` markers: the tiny student's template has them, and for Qwen2.5 TRL swaps in its
+own training template) and, at their weights, on the rest of the week (``observation_loss``, ``echo_loss``:
+a weight per token, read by :func:`weighted_sft_trainer`'s ``compute_loss``). ``max_length`` must cover a whole week:
 longer weeks are dropped and counted rather than truncated (truncation would silently drop the last
 turns' loss), and the longest week's token count is logged. Validation loss is computed on held-out
 *people*.
@@ -58,9 +59,6 @@ from rhythm.train.common import (
 )
 from rhythm.train.data import DataOptions, build_examples, to_dataset_dict, tokenize_examples
 from rhythm.train.hub import push_folder
-from rhythm.train.lm_head import score_labelled_positions_only
-from rhythm.train.observation_loss import weight_observation_losses
-from rhythm.train.token_weights import action_weights, learned_action_counts, weight_action_losses
 
 CONFIG_NAME = "sft_config.yaml"
 SUMMARY_NAME = "sft_summary.json"
@@ -96,20 +94,14 @@ class SFTRunConfig(TrainRunConfig):
     context_noise_sd) or stale (the teacher's belief of a random earlier turn); docs/student.md."""
     context_noise_sd: float = 0.1
     """Standard deviation of nearby noise."""
-    action_balance: float = 0.0
-    """Class-balance the loss on the token that names each reply's action: weight min(cap, (n_max / n_a) **
-    action_balance), n_a = how often the training replies name action a (0: plain cross-entropy; 1: every
-    action weighs as much in total as the most common; rhythm.train.token_weights, docs/student.md)."""
-    action_weight_cap: float = 10.0
-    """Largest action weight, so an action the teacher plays a handful of times stays bounded."""
     observation_loss: float = 0.0
     """Weight of the rest of the week (observations, system prompt, chat markup) in the loss beside the
     replies' 1: 0 = assistant-only; 1 = every token. Predicting the next observation makes a from-scratch
-    student read the meters it acts on better (0.1 in the tiny student's stage 1; rhythm.train.observation_loss)."""
+    student read the meters it acts on better (0.1 in the tiny student's stage 1; docs/student.md)."""
     echo_loss: float | None = None
-    """Weight of the action name each observation echoes (``After DEEP_WORK:``, the reply before it): 0, 1,
-    or None for observation_loss. At 1 the quickstart's student reads the serenity meter far better and
-    meditates where the teacher does (docs/student.md)."""
+    """Weight of the action name each observation echoes (``After DEEP_WORK:``, the reply before it), in [0, 1];
+    None = observation_loss. At 1 the quickstart's student reads the serenity meter far better and meditates
+    where the teacher does (docs/student.md)."""
     first_turns: int | None = None
     """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
     max_length: int = 1024
@@ -166,12 +158,10 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"context_noise_kind must be uniform, nearby or stale, got {cfg.context_noise_kind!r}")
     if cfg.context_noise_sd < 0:
         raise RhythmError(f"context_noise_sd must be >= 0, got {cfg.context_noise_sd}")
-    if cfg.action_balance < 0 or cfg.action_weight_cap < 1:
-        raise RhythmError(f"action_balance must be >= 0 and action_weight_cap >= 1, got {cfg.action_balance} and {cfg.action_weight_cap}")
     if not 0.0 <= cfg.observation_loss <= 1.0:
         raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
-    if cfg.echo_loss is not None and cfg.echo_loss not in (0.0, 1.0, cfg.observation_loss):
-        raise RhythmError(f"echo_loss must be 0, 1 or observation_loss ({cfg.observation_loss}), got {cfg.echo_loss}")
+    if cfg.echo_loss is not None and not 0.0 <= cfg.echo_loss <= 1.0:
+        raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
     if (cfg.observation_loss > 0 or cfg.echo_loss) and cfg.context_noise > 0:
         raise RhythmError("observation_loss and context_noise cannot be combined, nor echo_loss and context_noise (the noisy replies would enter the loss)")
     if cfg.context_noise > 0 and not cfg.strip_reasoning:
@@ -213,7 +203,51 @@ def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool
         eval_strategy="steps" if has_validation else "no",
         eval_steps=cfg.eval_steps,
         eval_on_start=cfg.eval_on_start and has_validation and not resuming,  # a resumed history has it
+        remove_unused_columns=False,  # the collator needs loss_weights, which no model's forward names
     )
+
+
+def weighted_sft_trainer(tokenizer, **kwargs):
+    """A TRL ``SFTTrainer`` whose loss weighs each labelled token by the example's ``loss_weights``
+    (:func:`rhythm.train.data.week_weights`: replies 1, observations ``observation_loss``, echoed actions
+    ``echo_loss``): ``-sum(w * log p) / (labelled tokens)``, TRL's own reduction with a weight per token. The
+    per-token log-probabilities come from TRL's fused LM head, as in ``SFTTrainer.compute_loss``; the
+    collator pads the weights beside the labels."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+    from trl import SFTTrainer
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    class WeightsCollator(DataCollatorForLanguageModeling):
+        def torch_call(self, examples):
+            batch = super().torch_call(examples)
+            weights = [torch.tensor(e["loss_weights"], dtype=torch.float32) for e in examples]
+            batch["loss_weights"] = pad_sequence(weights, batch_first=True, padding_value=0.0)
+            return batch
+
+    class WeightedSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            weights = inputs.pop("loss_weights")[:, 1:]
+            outputs = model(**inputs, use_cache=False, fused_lm_head=True)  # per-token log-probs, zero where unlabelled
+            tokens = outputs.label_mask.sum() if num_items_in_batch is None else num_items_in_batch
+            loss = -(outputs.log_probs * weights.to(outputs.log_probs)).sum() / torch.as_tensor(tokens).clamp(min=1)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes  # as SFTTrainer: DDP averages the gradients
+            self.log_token_metrics(outputs, inputs)
+            return (loss, outputs) if return_outputs else loss
+
+        def log_token_metrics(self, outputs, inputs) -> None:
+            """The metrics ``SFTTrainer.compute_loss`` logs: entropy, token accuracy, tokens seen."""
+            mode, gather = "train" if self.model.training else "eval", self.accelerator.gather_for_metrics
+            valid = gather(outputs.label_mask.sum()).sum().clamp(min=1)
+            self._metrics[mode]["entropy"].append((gather(outputs.entropy.detach().sum()).sum() / valid).item())
+            self._metrics[mode]["mean_token_accuracy"].append((gather(outputs.is_top1.sum()).sum() / valid).item())
+            if mode == "train":
+                self._total_train_tokens += gather(inputs["attention_mask"].sum()).sum().item()
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return WeightedSFTTrainer(processing_class=tokenizer, data_collator=WeightsCollator(pad_token_id=pad), **kwargs)
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -243,7 +277,6 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
 
     import torch
     import transformers
-    from trl import SFTTrainer
 
     transformers.logging.set_verbosity_warning()
     if quiet:
@@ -260,23 +293,17 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
 
     args = sft_config(cfg, resolved, has_validation, quiet=quiet, resuming=resume is not None)
     try:
-        trainer = SFTTrainer(
+        trainer = weighted_sft_trainer(
+            tokenizer,
             model=model_path,
             args=args,
             train_dataset=dsd["train"],
             eval_dataset=dsd["validation"] if has_validation else None,
-            processing_class=tokenizer,
             peft_config=peft_config(cfg) if cfg.use_peft else None,
             callbacks=[make_log_callback(out / LOG_NAME), *(callbacks or [])],
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
-    score_labelled_positions_only(trainer.model)  # on the CPU: a quarter of a step's time back
-    if cfg.action_balance > 0:
-        weights = action_weights(learned_action_counts(rows["train"]), cfg.action_balance, cfg.action_weight_cap)
-        weight_action_losses(trainer.model, weights, tokenizer)
-        resolved["action_weights"] = weights  # written to sft_config.yaml and sft_summary.json
-    weight_observation_losses(trainer.model, cfg.observation_loss)  # last: it decodes the labels the others see
     return SFTRun(trainer, cfg, model_path, resolved, report, resume)
 
 

@@ -46,8 +46,9 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "num_generations=1"], "num_generations must be >= 2"),
         (["--set", "per_device_train_batch_size=12"], "(12 completions) must be divisible by num_generations (8)"),
         (["--mode", "episode", "--set", "per_device_train_batch_size=5"], "per_device_train_batch_size (5) must divide it"),
-        (["--mode", "episode", "--set", "max_prompts=10"], "max_prompts applies to mode=step"),
+        (["--set", "step.max_episodes=10"], "unknown key 'max_episodes' for StepMode; did you mean 'max_prompts'?"),
         (["--set", "lora_rank=8"], "unknown key 'lora_rank' for GRPORunConfig; did you mean 'lora_r'?"),
+        (["--set", "max_prompts=8"], "unknown key 'max_prompts' for GRPORunConfig; did you mean 'step.max_prompts'?"),
         (["--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
         (["--max-steps", "0"], "max_steps must be positive or -1"),
         (["--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
@@ -99,7 +100,7 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     # use_vllm pins vllm in the job script, so it must be installed here
     from importlib.util import find_spec
 
-    code, out, err = run_cli(*args, "--set", "use_vllm=true", "--dry-run")
+    code, out, err = run_cli(*args, "--set", "step.use_vllm=true", "--dry-run")
     if find_spec("vllm") is None:
         assert code == 2 and "vllm is not installed" in err, err
     else:  # pragma: no cover - a machine with vllm
@@ -144,9 +145,9 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     code, stdout, err = run_cli(
         "grpo", "--config", TINY_CONFIG, "--model", str(sft_out), *FROM_MODEL, "--data", str(teacher), "-o", str(out),
         "--max-steps", "3", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
-        "--set", "max_completion_length=24", "--set", "logging_steps=1", "--set", "every_k_steps=2",
+        "--set", "max_completion_length=24", "--set", "logging_steps=1", "--set", "step.every_k_steps=2",
         "--set", "rollout_seeds=0", "--set", "rollout_conditions=[discrete]", "--set", "beta=0.04",
-        "--set", "strip_reasoning=true", "-q")
+        "--set", "step.strip_reasoning=true", "-q")
     assert code == 0, err
     summary = orjson.loads(stdout)
     assert summary["global_step"] == 3 and summary["mode"] == "step" and summary["reward_batches"] == 3
@@ -210,7 +211,7 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     provenance = written.pop("_provenance")
     cfg = load_config(GRPORunConfig, out / "grpo_config.yaml")
     assert cfg.beta == 0.04 and cfg.max_steps == 3 and cfg.model_name_or_path == str(sft_out) and str(cfg.rollout_seeds) == "0"
-    assert cfg.adapter is None and cfg.use_peft is False and cfg.strip_reasoning is True
+    assert cfg.adapter is None and cfg.use_peft is False and cfg.step.strip_reasoning is True
     assert provenance["stage"] == "grpo" and provenance["versions"]["trl"] == metadata.version("trl")
     assert provenance["trl"] == {"generation_batch_size": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
     from rhythm.model.load import ModelOptions, load_model
@@ -230,7 +231,7 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
     out = tmp_path / "episode"
     code = main(["--config", TINY_CONFIG, "adapter=null", f"model_name_or_path={sft_out}", "use_peft=false",
                  f"data={teacher}", f"output_dir={out}", "mode=episode",
-                 "max_steps=2", "num_generations=2", "every_k_steps=7", "per_device_train_batch_size=8",
+                 "max_steps=2", "num_generations=2", "episode.every_k_turns=7", "per_device_train_batch_size=8",
                  "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]",
                  "logging_steps=1", "--quiet"])
     captured = capsys.readouterr()
@@ -289,7 +290,7 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     cfg = load_config(GRPORunConfig, TINY_CONFIG, {
         "adapter": str(sft_adapter), "model_name_or_path": NULL, "data": str(teacher), "output_dir": str(tmp_path / "run"), "max_steps": 2,
         "save_steps": 1, "save_total_limit": 5, "logging_steps": 1, "num_generations": 2,
-        "per_device_train_batch_size": 4, "max_completion_length": 12, "strip_reasoning": True})
+        "per_device_train_batch_size": 4, "max_completion_length": 12, "step.strip_reasoning": True})
     run_grpo(cfg, quiet=True, log=lambda m: None)
     with pytest.raises(RhythmError, match="already holds a run"):
         run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)

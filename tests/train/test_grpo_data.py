@@ -165,14 +165,14 @@ def test_episode_mode_rows_keep_whole_weeks_together(teacher):
     path, _, ood_path, _ = teacher
     keys, report = episode_keys([str(path), str(ood_path)])
     assert keys == [("in-dist", "train", 0), ("in-dist", "train", 1), ("in-dist", "train", 2), ("ood", "train", 5)]
-    rows = episode_rows(keys, every_k_steps=7, seed=1, report=report)
+    rows = episode_rows(keys, every_k_turns=7, seed=1, report=report)
     assert len(rows) == 4 * 4 and report.prompts == 16 and report.episodes == 4
     for i in range(0, 16, 4):  # each person's turns are consecutive: 0, 7, 14, 21
         block = rows[i : i + 4]
         assert [r["t"] for r in block] == [0, 7, 14, 21] and len({r["episode"] for r in block}) == 1
         for r in block:
             assert parse_placeholder(r["prompt"]) == (r["condition"], r["split"], r["seed"], r["t"])
-    assert rows == episode_rows(keys, every_k_steps=7, seed=1)
-    assert [r["episode"] for r in episode_rows(keys, every_k_steps=7, max_episodes=2, seed=1)][::4] == [r["episode"] for r in rows][:8:4]
+    assert rows == episode_rows(keys, every_k_turns=7, seed=1)
+    assert [r["episode"] for r in episode_rows(keys, every_k_turns=7, max_episodes=2, seed=1)][::4] == [r["episode"] for r in rows][:8:4]
     with pytest.raises(ValueError, match="not an episode-mode prompt"):
         parse_placeholder([{"role": "user", "content": "Day 1 (Mon morning)"}])

@@ -262,71 +262,38 @@ def test_distributed_run_shards_data_and_writes_once(tmp_path, tiny_student, rhy
     assert (out / "model.safetensors").exists() and (out / "checkpoint-2").is_dir()
 
 
-def test_action_balance_weights_the_trainers_loss_on_action_tokens(tmp_path, tiny_student):
-    """``action_balance``: the weights come from the training replies' actions, are recorded in the
-    resolved config, and SFTTrainer's own loss on a batch is the weighted cross-entropy."""
-    import torch
-
-    from rhythm.train.token_weights import action_token_ids, action_weights, learned_action_counts
-
-    data = tmp_path / "teacher.jsonl"
-    records = write_episodes(data, range(3))
-    cfg = SFTRunConfig(**{**TINY, "val_fraction": 0.0, "action_balance": 1.0, "action_weight_cap": 5.0},
-                       data=str(data), output_dir=str(tmp_path / "out"))
-    run = build_trainer(cfg, quiet=True)
-    taught = [s["action"] for r in records for s in r["steps"]]
-    weights = run.resolved["action_weights"]
-    assert weights == action_weights(learned_action_counts([{"messages": [
-        {"role": "assistant", "content": f"ACTION: {a}"} for a in taught]}]), 1.0, 5.0)
-    assert max(weights.values()) > 1.0  # the teacher's weeks are imbalanced
-    batch = next(iter(run.trainer.get_train_dataloader()))
-    model = run.trainer.model
-    model.train()
-    loss = run.trainer.compute_loss(model, dict(batch))
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
-    target = batch["labels"][:, 1:]
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target.clamp(min=0), reduction="none")
-    w = torch.ones_like(nll)
-    for action, token in action_token_ids(run.trainer.processing_class).items():
-        w[target == token] = weights.get(action, 1.0)
-    mask = target != -100
-    assert torch.allclose(loss, (nll * w)[mask].sum() / mask.sum(), atol=1e-5)
-    assert not torch.allclose(loss, nll[mask].mean(), atol=1e-4)
-
-
-@pytest.mark.parametrize("echo", [None, 1.0, 0.0])
-def test_observation_loss_puts_the_whole_week_in_the_trainers_loss_at_its_weight(tmp_path, tiny_student, echo):
-    """``observation_loss`` (and ``echo_loss``): every token of the week is labelled (but the echoed action
-    names at ``echo_loss`` 0); SFTTrainer's own loss on a batch is the cross-entropy with the replies (the
-    assistant-only labels) at 1, the action name after each observation's ``After`` at ``echo_loss`` and the
-    rest at the weight."""
+@pytest.mark.parametrize(("observation", "echo"), [(0.0, None), (0.1, None), (0.1, 1.0), (0.1, 0.0), (0.5, 0.25), (1.0, None)])
+def test_the_trainers_loss_is_cross_entropy_weighted_by_observation_and_echo_loss(tmp_path, tiny_student, observation, echo):
+    """``observation_loss`` and ``echo_loss``: SFTTrainer's own ``compute_loss`` on a batch equals the
+    cross-entropy computed by hand from the model's logits, with the replies (the assistant-only labels) at 1,
+    the action name after each observation's ``After`` at ``echo_loss`` (None: as the rest), every other token
+    of the week at ``observation_loss``, divided by the number of tokens of weight above 0."""
     import torch
 
     data = tmp_path / "teacher.jsonl"
     write_episodes(data, range(2))
-    runs = {w: build_trainer(SFTRunConfig(**{**TINY, "val_fraction": 0.0, "observation_loss": w, "echo_loss": e},
-                                          data=str(data), output_dir=str(tmp_path / f"out{w}")), quiet=True)
-            for w, e in ((0.0, None), (0.1, echo))}
-    plain, weighted = (next(iter(runs[w].trainer.get_train_dataloader())) for w in (0.0, 0.1))
+    plain_run, run = (build_trainer(SFTRunConfig(**{**TINY, "val_fraction": 0.0, "observation_loss": w, "echo_loss": e},
+                                                 data=str(data), output_dir=str(tmp_path / name)), quiet=True)
+                      for name, w, e in (("plain", 0.0, None), ("weighted", observation, echo)))
+    plain, weighted = (next(iter(r.trainer.get_train_dataloader())) for r in (plain_run, run))
     assert torch.equal(plain["input_ids"], weighted["input_ids"])
-    tokenizer = runs[0.1].trainer.processing_class
+    tokenizer = run.trainer.processing_class
     target = weighted["input_ids"][:, 1:]
     after = weighted["input_ids"][:, :-1] == tokenizer.convert_tokens_to_ids("\nAfter")
     echoed = after & torch.isin(target, torch.tensor(tokenizer.convert_tokens_to_ids([" " + a for a in ACTIONS])))
     assert echoed.sum(dim=1).tolist() == [27] * len(target)  # every step but the first echoes an action
     reply = plain["labels"][:, 1:] != -100
-    labelled = weighted["labels"][:, 1:] != -100
     padding = ~weighted["attention_mask"][:, 1:].bool()
-    assert torch.equal(labelled, ~padding & ~(echoed if echo == 0.0 else torch.zeros_like(echoed)))
-    model = runs[0.1].trainer.model
+    w = torch.where(reply, 1.0, torch.where(echoed, observation if echo is None else echo, observation)) * ~padding
+    assert torch.equal(weighted["labels"][:, 1:] != -100, w > 0)
+    model = run.trainer.model
     model.train()
-    loss = runs[0.1].trainer.compute_loss(model, dict(weighted))
+    loss = run.trainer.compute_loss(model, dict(weighted))
     with torch.no_grad():
         logits = model(input_ids=weighted["input_ids"], attention_mask=weighted["attention_mask"]).logits[:, :-1]
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-    w = torch.where(reply, 1.0, torch.where(echoed, 0.1 if echo is None else echo, 0.1)) * labelled
-    assert torch.allclose(loss, (nll * w).sum() / labelled.sum(), atol=1e-5)
+    assert torch.allclose(loss, (nll * w).sum() / (w > 0).sum(), atol=1e-5)
+    loss.backward()
 
 
 def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tmp_path):
@@ -338,5 +305,5 @@ def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tm
         validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "context_noise": 0.5}, data=str(tmp_path)))
     with pytest.raises(RhythmError, match="echo_loss and context_noise"):
         validate(SFTRunConfig(**{**TINY, "echo_loss": 1.0, "context_noise": 0.5}, data=str(tmp_path)))
-    with pytest.raises(RhythmError, match=r"echo_loss must be 0, 1 or observation_loss \(0.1\), got 0.5"):
-        validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "echo_loss": 0.5}, data=str(tmp_path)))
+    with pytest.raises(RhythmError, match=r"echo_loss must be in \[0, 1\] or null, got 1.5"):
+        validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "echo_loss": 1.5}, data=str(tmp_path)))

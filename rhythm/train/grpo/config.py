@@ -18,6 +18,54 @@ LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")
 
 
 @dataclass(frozen=True)
+class StepMode:
+    """``mode: step``: one prompt per recorded state of the data's weeks (the conversation up to it), each
+    reply rewarded by ``reward_funcs``."""
+
+    every_k_steps: int = 1
+    """Keep every k-th step of each episode (seeded offset per episode)."""
+    max_prompts: int | None = None
+    """At most this many prompts, a seeded random subset (None = all)."""
+    strip_reasoning: bool = False
+    """Earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
+    gradient_accumulation_steps: int = 2
+    """Forward passes per optimizer step."""
+    generation_batch_size: int | None = None
+    """Completions generated at once (None = per_device_train_batch_size x gradient_accumulation_steps x
+    devices); must be divisible by num_generations."""
+    use_vllm: bool = False
+    """Generate with vLLM (needs vllm installed and a GPU)."""
+    vllm_mode: str = "colocate"
+    """colocate (vLLM shares the training GPU) | server (trl vllm-serve elsewhere)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Colocate: share of GPU memory vLLM may take."""
+
+
+@dataclass(frozen=True)
+class EpisodeMode:
+    """``mode: episode``: the student plays whole weeks (people from the data), each reply rewarded with its
+    week's final score; one generation batch of weeks per optimizer step (its size derived)."""
+
+    every_k_turns: int = 1
+    """Train on every k-th turn of each week (every turn is still played)."""
+    max_episodes: int | None = None
+    """At most this many people, in a seeded order (None = all in data)."""
+    episodes_per_step: int = 1
+    """People per generation batch (each plays num_generations weeks)."""
+
+
+@dataclass(frozen=True)
+class BranchMode:
+    """``mode: branch``: step mode's states (its ``step:`` settings choose them), each reply rewarded with the
+    final score of the week it leads to when the policy plays on greedily (reward ``branch_score``;
+    :mod:`rhythm.train.grpo.branch`)."""
+
+    last_step_share: float = 0.0
+    """Share of the prompts that are last-step states (the step whose belief the grader scores), drawn with
+    replacement from those there are; 0 = every state once."""
+
+
+@dataclass(frozen=True)
 class GRPORunConfig(TrainRunConfig):
     """``rhythm grpo``: field names follow TRL's ``GRPOConfig`` where one exists; the fields it shares with
     SFT come from :class:`rhythm.train.common.TrainRunConfig`. ``data``: step mode, its states are the
@@ -34,25 +82,21 @@ class GRPORunConfig(TrainRunConfig):
     """Base model (Hub id, path or rhythm-tiny); None = the base recorded in the adapter's adapter_config.json."""
     # --- prompts
     mode: str = "step"
-    """step: one prompt per recorded state, rewards from reward_funcs; branch: step's states, each reply
-    rewarded with the final score of the week it leads to when the policy plays on greedily (reward
-    branch_score); episode: the student plays whole weeks, each reply rewarded with its week's final score."""
-    every_k_steps: int = 1
-    """Step mode: keep every k-th step of each episode (seeded offset per episode). Episode mode: train on
-    every k-th turn of each week (every turn is still played)."""
-    max_prompts: int | None = None
-    """Step mode: at most this many prompts, a seeded random subset (None = all)."""
-    max_episodes: int | None = None
-    """Episode mode: at most this many people, in a seeded order (None = all in data)."""
-    episodes_per_step: int = 1
-    """Episode mode: people per generation batch (each plays num_generations weeks)."""
+    """step: one prompt per recorded state, rewards from reward_funcs (settings under ``step:``); branch: step's
+    states, each reply rewarded with the final score of the week it leads to, the policy playing on greedily
+    (settings under ``step:`` and ``branch:``); episode: the student plays whole weeks, each reply rewarded
+    with its week's final score (settings under ``episode:``)."""
+    step: StepMode = field(default_factory=StepMode)
+    """Settings step and branch modes read (episode mode ignores them)."""
+    branch: BranchMode = field(default_factory=BranchMode)
+    """Settings only branch mode reads."""
+    episode: EpisodeMode = field(default_factory=EpisodeMode)
+    """Settings only episode mode reads (step mode ignores them)."""
     rollout_seeds: Union[str, int, None] = None
     """Also use the student's own rollouts: train-split seeds it plays first (e.g. 1000-1029; None = none).
     Step mode: their states join the prompts; episode mode: those people join the ones played."""
     rollout_conditions: list[str] = field(default_factory=lambda: ["in-dist"])
     """Conditions of the student's rollouts."""
-    strip_reasoning: bool = False
-    """Step mode: earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
     # --- GRPO
     num_generations: int = 8
     """Replies sampled per prompt (the group GRPO normalises rewards within); >= 2."""
@@ -77,12 +121,6 @@ class GRPORunConfig(TrainRunConfig):
     """Optimisation passes per generated batch (mu in the GRPO paper)."""
     mask_truncated_completions: bool = False
     """Leave replies cut off at max_completion_length out of the loss."""
-    use_vllm: bool = False
-    """Generate with vLLM (step mode; needs vllm installed and a GPU)."""
-    vllm_mode: str = "colocate"
-    """colocate (vLLM shares the training GPU) | server (trl vllm-serve elsewhere)."""
-    vllm_gpu_memory_utilization: float = 0.3
-    """Colocate: share of GPU memory vLLM may take."""
     # --- optimisation
     max_steps: int = 300
     """Optimizer steps; -1 = derive from num_train_epochs."""
@@ -93,11 +131,6 @@ class GRPORunConfig(TrainRunConfig):
     lr_scheduler_type: str = "constant_with_warmup"
     per_device_train_batch_size: int = 8
     """Completions (not prompts) per device per forward pass."""
-    gradient_accumulation_steps: int = 2
-    """Step mode: forward passes per optimizer step. Episode mode derives it (one batch of weeks per step)."""
-    generation_batch_size: int | None = None
-    """Step mode: completions generated at once (None = per_device_train_batch_size x gradient_accumulation_steps
-    x devices); must be divisible by num_generations. Episode mode derives it."""
     # --- logging, checkpoints
     logging_steps: int = 5
     """Loss, rewards per function, lengths every N steps."""
@@ -136,18 +169,24 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError("reward final_score is the score of a played week: it needs mode=episode")
     if "branch_score" in cfg.reward_funcs and cfg.mode != "branch":
         raise RhythmError("reward branch_score is the score of the week a reply leads to: it needs mode=branch")
-    if cfg.mode == "branch" and cfg.use_vllm:
-        raise RhythmError("branch mode plays weeks with the trained model itself; use_vllm applies to step mode only")
+    if not 0 <= cfg.branch.last_step_share <= 1:
+        raise RhythmError(f"branch.last_step_share must be in [0, 1], got {cfg.branch.last_step_share}")
+    if cfg.probe_states < 0:
+        raise RhythmError(f"probe_states must be >= 0, got {cfg.probe_states}")
     if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):
         raise RhythmError(f"reward_weights has {len(cfg.reward_weights)} values for {len(cfg.reward_funcs)} reward_funcs")
     if cfg.max_steps == 0 or cfg.max_steps < -1:
         raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
     if cfg.num_generations < 2:
         raise RhythmError(f"num_generations must be >= 2 (GRPO compares replies within a group), got {cfg.num_generations}")
-    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "logging_steps",
-                 "save_steps", "every_k_steps", "episodes_per_step", "num_iterations", "lora_r", "lora_alpha"):
-        if getattr(cfg, name) < 1:
-            raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    numbers = {"per_device_train_batch_size": cfg.per_device_train_batch_size, "max_completion_length": cfg.max_completion_length,
+               "logging_steps": cfg.logging_steps, "save_steps": cfg.save_steps, "num_iterations": cfg.num_iterations,
+               "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "step.every_k_steps": cfg.step.every_k_steps,
+               "step.gradient_accumulation_steps": cfg.step.gradient_accumulation_steps,
+               "episode.every_k_turns": cfg.episode.every_k_turns, "episode.episodes_per_step": cfg.episode.episodes_per_step}
+    for name, value in numbers.items():
+        if value < 1:
+            raise RhythmError(f"{name} must be >= 1, got {value}")
     if cfg.temperature <= 0:
         raise RhythmError(f"temperature must be > 0, got {cfg.temperature}")
     if cfg.loss_type not in LOSS_TYPES:
@@ -161,32 +200,27 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"unknown rollout condition(s) {', '.join(bad)}; expected {', '.join(CONDITIONS)}")
     if has_rollouts(cfg):
         parse_seeds(str(cfg.rollout_seeds))
-    if cfg.mode != "episode" and cfg.max_episodes is not None:
-        raise RhythmError(f"max_episodes applies to mode=episode; {cfg.mode} mode subsamples with max_prompts")
-    if cfg.mode == "episode" and cfg.max_prompts is not None:
-        raise RhythmError("max_prompts applies to mode=step; episode mode takes max_episodes (people played)")
     if cfg.mode in ("step", "branch"):
-        generation = cfg.generation_batch_size or cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+        step = cfg.step
+        generation = step.generation_batch_size or cfg.per_device_train_batch_size * step.gradient_accumulation_steps
         if generation % cfg.num_generations:
             raise RhythmError(
                 f"the generation batch ({generation} completions) must be divisible by num_generations "
-                f"({cfg.num_generations}); adjust per_device_train_batch_size, gradient_accumulation_steps or generation_batch_size"
+                f"({cfg.num_generations}); adjust per_device_train_batch_size, step.gradient_accumulation_steps or "
+                "step.generation_batch_size"
             )
-        if cfg.generation_batch_size is not None and cfg.generation_batch_size % cfg.per_device_train_batch_size:
-            raise RhythmError(f"generation_batch_size ({cfg.generation_batch_size}) must be divisible by "
+        if step.generation_batch_size is not None and step.generation_batch_size % cfg.per_device_train_batch_size:
+            raise RhythmError(f"step.generation_batch_size ({step.generation_batch_size}) must be divisible by "
                               f"per_device_train_batch_size ({cfg.per_device_train_batch_size})")
-    else:
-        if cfg.generation_batch_size is not None:
-            raise RhythmError("episode mode derives generation_batch_size (turns x num_generations x episodes_per_step); leave it null")
-        if cfg.use_vllm:
-            raise RhythmError("episode mode plays weeks with transformers generate; use_vllm applies to step mode only")
-        if episode_batch(cfg) % cfg.per_device_train_batch_size:
-            raise RhythmError(
-                f"episode mode generates {episode_batch(cfg)} completions per step ({turns_per_week(cfg)} turns x "
-                f"{cfg.num_generations} weeks x {cfg.episodes_per_step} people); per_device_train_batch_size "
-                f"({cfg.per_device_train_batch_size}) must divide it"
-            )
-    if cfg.use_vllm and not cfg.flavor:
+    elif episode_batch(cfg) % cfg.per_device_train_batch_size:
+        raise RhythmError(
+            f"episode mode generates {episode_batch(cfg)} completions per step ({turns_per_week(cfg)} turns x "
+            f"{cfg.num_generations} weeks x {cfg.episode.episodes_per_step} people); per_device_train_batch_size "
+            f"({cfg.per_device_train_batch_size}) must divide it"
+        )
+    if cfg.mode == "branch" and cfg.step.use_vllm:
+        raise RhythmError("branch mode plays weeks with the trained model itself; step.use_vllm applies to step mode only")
+    if cfg.mode == "step" and cfg.step.use_vllm and not cfg.flavor:
         from importlib.util import find_spec
 
         if find_spec("vllm") is None:
@@ -207,9 +241,9 @@ def has_rollouts(cfg: GRPORunConfig) -> bool:
 
 
 def turns_per_week(cfg: GRPORunConfig) -> int:
-    return len(range(0, EPISODE_STEPS, cfg.every_k_steps))
+    return len(range(0, EPISODE_STEPS, cfg.episode.every_k_turns))
 
 
 def episode_batch(cfg: GRPORunConfig) -> int:
     """Episode mode: completions per generation batch (trained turns x weeks per person x people)."""
-    return turns_per_week(cfg) * cfg.num_generations * cfg.episodes_per_step
+    return turns_per_week(cfg) * cfg.num_generations * cfg.episode.episodes_per_step

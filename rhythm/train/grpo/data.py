@@ -293,7 +293,7 @@ def episode_keys(paths: str | Sequence[str], extra_records: Iterable[dict[str, A
 def episode_rows(
     keys: Sequence[tuple[str, str, int]],
     *,
-    every_k_steps: int = 1,
+    every_k_turns: int = 1,
     max_episodes: int | None = None,
     seed: int = 0,
     report: PromptReport | None = None,
@@ -301,20 +301,20 @@ def episode_rows(
     """Episode-mode rows: for each person (seeded order, at most ``max_episodes``), one row per trained
     turn ``t = 0, k, 2k, ...``, consecutive, so a generation batch holds whole weeks.
 
-    Every turn of a week is played by the student; ``every_k_steps`` only chooses which turns the loss
+    Every turn of a week is played by the student; ``every_k_turns`` only chooses which turns the loss
     sees (fewer tokens per optimizer step, the same weeks).
     """
-    if every_k_steps < 1:
-        raise RhythmError(f"every_k_steps must be >= 1, got {every_k_steps}")
+    if every_k_turns < 1:
+        raise RhythmError(f"episode.every_k_turns must be >= 1, got {every_k_turns}")
     if max_episodes is not None and max_episodes < 1:
-        raise RhythmError(f"max_episodes must be >= 1 (or null), got {max_episodes}")
+        raise RhythmError(f"episode.max_episodes must be >= 1 (or null), got {max_episodes}")
     order = list(keys)
     random.Random(seed).shuffle(order)
     if max_episodes is not None:
         order = order[:max_episodes]
     rows = []
     for condition, split, s in order:
-        for t in range(0, EPISODE_STEPS, every_k_steps):
+        for t in range(0, EPISODE_STEPS, every_k_turns):
             rows.append({
                 "prompt": placeholder_prompt(condition, split, s, t),
                 "condition": condition, "split": split, "seed": s, "t": t,
@@ -336,14 +336,36 @@ def rollout_specs(cfg: GRPORunConfig) -> list[Any]:
     return [EpisodeSpec(c, "train", s) for c in cfg.rollout_conditions for s in seeds]
 
 
+def mix_last_step(rows: list[dict[str, Any]], share: float, seed: int) -> list[dict[str, Any]]:
+    """Rows of which ``share`` are last-step states (the step whose belief the grader scores), the extra ones
+    drawn with replacement from the last-step rows there are (seeded); every other row is kept once."""
+    if share <= 0:
+        return rows
+    last = [r for r in rows if r["t"] == EPISODE_STEPS - 1]
+    others = [r for r in rows if r["t"] != EPISODE_STEPS - 1]
+    if not last:
+        raise RhythmError("branch.last_step_share needs states at the last step; the rows hold none (step.every_k_steps?)")
+    if share >= 1:
+        return last
+    want = max(len(last), round(share / (1 - share) * len(others)))
+    rng = random.Random(f"{seed}|last-step")
+    return others + last + [last[rng.randrange(len(last))] for _ in range(want - len(last))]
+
+
 def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], Any]:
     """The training rows of either mode and their report (pure Python, no torch)."""
     paths = data_paths(cfg)
     if cfg.mode in ("step", "branch"):
-        return build_prompts(paths, PromptOptions(cfg.every_k_steps, cfg.max_prompts, cfg.seed, cfg.strip_reasoning), student_records)
+        step = cfg.step
+        rows, report = build_prompts(paths, PromptOptions(step.every_k_steps, step.max_prompts, cfg.seed, step.strip_reasoning),
+                                     student_records)
+        if cfg.mode == "branch" and cfg.branch.last_step_share > 0:
+            rows, report = _finish(mix_last_step(rows, cfg.branch.last_step_share, cfg.seed), report)
+        return rows, report
     keys, report = episode_keys(paths, student_records)
-    rows = episode_rows(keys, every_k_steps=cfg.every_k_steps, max_episodes=cfg.max_episodes, seed=cfg.seed, report=report)
+    episode = cfg.episode
+    rows = episode_rows(keys, every_k_turns=episode.every_k_turns, max_episodes=episode.max_episodes, seed=cfg.seed, report=report)
     people = len(rows) // turns_per_week(cfg)
-    if people < cfg.episodes_per_step:
-        raise RhythmError(f"episodes_per_step is {cfg.episodes_per_step} but the data names only {people} people")
+    if people < episode.episodes_per_step:
+        raise RhythmError(f"episode.episodes_per_step is {episode.episodes_per_step} but the data names only {people} people")
     return rows, report

@@ -70,7 +70,6 @@ from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
 from rhythm.train.hub import push_folder
-from rhythm.train.lm_head import score_labelled_positions_only
 
 REWARD_LOG_NAME = "reward_log.jsonl"
 ROLLOUTS_NAME = "episode_rollouts.jsonl"
@@ -121,16 +120,16 @@ def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = Fals
     """The TRL ``GRPOConfig`` of a run (episode mode: batch sizes derived, no dataset shuffle)."""
     from trl import GRPOConfig
 
-    generation_batch_size = cfg.generation_batch_size
-    accumulation = cfg.gradient_accumulation_steps
+    generation_batch_size = cfg.step.generation_batch_size
+    accumulation = cfg.step.gradient_accumulation_steps
     if cfg.mode == "episode":
         world = int(os.environ.get("WORLD_SIZE", "1"))
         generation_batch_size = episode_batch(cfg)
         # one generation batch of whole weeks per optimizer step: on-policy, and no week is split
         accumulation = max(1, generation_batch_size // (cfg.per_device_train_batch_size * world))
     kwargs: dict[str, Any] = {}
-    if cfg.use_vllm:
-        kwargs.update(use_vllm=True, vllm_mode=cfg.vllm_mode, vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    if cfg.mode == "step" and cfg.step.use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode=cfg.step.vllm_mode, vllm_gpu_memory_utilization=cfg.step.vllm_gpu_memory_utilization)
     try:
         return GRPOConfig(
             **trainer_args(cfg, resolved, quiet),
@@ -217,7 +216,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
                    *(callbacks or [])],
         rollout_func=rollout,
     )
-    score_labelled_positions_only(trainer.model, outputs=("log_probs", "entropy"), temperature=cfg.temperature)  # on the CPU
     return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
 
 
@@ -228,7 +226,7 @@ def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> Po
         return None
     if cfg.mode == "episode":
         rows, _ = build_prompts(data_paths(cfg), PromptOptions(every_k_steps=7, max_prompts=cfg.probe_states, seed=cfg.seed,
-                                                              strip_reasoning=cfg.strip_reasoning))
+                                                              strip_reasoning=cfg.step.strip_reasoning))
     picked = [rows[int(i)] for i in np.linspace(0, len(rows) - 1, min(cfg.probe_states, len(rows)))]
     stop_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     return PolicyProbe([r["prompt"] for r in picked], tokenizer, cfg.max_completion_length, stop_ids)
