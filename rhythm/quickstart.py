@@ -7,7 +7,8 @@ Stages, each a call of the same library function its own command uses:
 3. ``sft-openings`` then ``sft``: the tiny offline student distilled with TRL, every weight, first on
    the openings of the teacher's weeks (``configs/sft-tiny-openings.yaml``), then on whole weeks
    (``configs/sft-tiny.yaml``).
-4. ``grpo``: a short GRPO refinement of the SFT model on whole weeks (``configs/grpo-tiny-episode.yaml``).
+4. ``grpo``: GRPO refinement of the SFT model from the environment (``configs/grpo-tiny-branch.yaml``): on
+   the student's own weeks, each sampled reply rewarded with the final score of the week it leads to.
 5. ``eval``: the SFT and SFT+GRPO students beside random, heuristic, bayes and oracle on in-dist, ood
    and discrete (eval split, the same seeds for every agent).
 6. ``plot``: ``final_scores.png``, ``belief_accuracy.png``, ``training_loss.png``.
@@ -40,6 +41,7 @@ from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, versions
 from rhythm.records import read_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
+from rhythm.train.common import data_paths
 from rhythm.train.grpo import GRPORunConfig, run_grpo
 from rhythm.train.sft import SFTRunConfig, run_sft
 
@@ -66,17 +68,16 @@ class QuickstartConfig:
     sft_config: str = "configs/sft-tiny.yaml"
     """SFT settings, stage 2 on whole weeks (data, output_dir and, after stage 1, the model are set by
     the quickstart)."""
-    grpo_config: str = "configs/grpo-tiny-episode.yaml"
-    """GRPO settings (adapter, data and output_dir are set by the quickstart). Episode mode (whole weeks,
-    each reply rewarded with its week's final score); at the quickstart's few steps it moves no figure
-    beyond a run's noise (docs/student.md), and step mode lowered scores (docs/grpo.md)."""
+    grpo_config: str = "configs/grpo-tiny-branch.yaml"
+    """GRPO settings (the model and output_dir are set by the quickstart; the teacher data too, unless the
+    config names none). Branch mode: the student's own weeks, each sampled reply rewarded with the final
+    score of the week it leads to (docs/grpo.md)."""
     sft: dict[str, Any] = field(
         default_factory=lambda: {"learning_rate": 1.0e-3, "lr_scheduler_type": "cosine", "max_steps": 120})
     """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks at 3e-3, every weight). Stage 2
     continues stage 1's model: 120 steps at lr 1e-3 decaying to 0, chosen on train-split seeds (docs/student.md)."""
-    grpo: dict[str, Any] = field(default_factory=lambda: {"max_steps": 6})
-    """Overrides of the GRPO config (configs/grpo-tiny-episode.yaml: whole weeks, full weights, lr 1e-5). Six steps
-    run the stage end to end; 12 changed no figure measurably (docs/student.md), so it is a demonstration here."""
+    grpo: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the GRPO config (configs/grpo-tiny-branch.yaml states the recipe)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})
     """Eval episodes per condition (eval split, seeds 0..N-1): rhythm eval's defaults."""
     references: list[str] = field(default_factory=lambda: ["random", "heuristic", "bayes", "oracle"])
@@ -261,7 +262,9 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
     # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
     start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": NULL, "model_name_or_path": str(sft_dir), "use_peft": False}
-    grpo_over: dict[str, Any] = {**cfg.grpo, **start, "data": str(data), "output_dir": str(grpo_dir)}
+    grpo_over: dict[str, Any] = {**cfg.grpo, **start, "output_dir": str(grpo_dir)}
+    if data_paths(load_config(GRPORunConfig, cfg.grpo_config, dict(cfg.grpo))):  # a config that names no data refines on the student's own weeks
+        grpo_over["data"] = str(data)
     grpo_cfg = load_config(GRPORunConfig, cfg.grpo_config, grpo_over)
 
     def do_grpo() -> dict[str, Any]:

@@ -28,7 +28,8 @@ QUICKSTART_MINI = {
     "seeds": "0-5",
     "openings": {"max_steps": 2, "per_device_train_batch_size": 4, "eval_steps": 2, "save_steps": 2, "logging_steps": 1},
     "sft": {"max_steps": 4, "eval_steps": 2, "save_steps": 4, "logging_steps": 1},
-    "grpo": {"max_steps": 1, "logging_steps": 1, "save_steps": 1},
+    "grpo": {"max_steps": 1, "logging_steps": 1, "save_steps": 1, "rollout_seeds": "5000-5001", "per_device_train_batch_size": 16,
+             "probe_states": 4},
     "eval_episodes": {"in-dist": 2, "ood": 2, "discrete": 3},
     "references": ["random", "heuristic"],
     "max_new_tokens": 16,  # the tiny student writes the two protocol lines (~11 tokens + <|im_end|>)

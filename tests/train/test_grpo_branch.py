@@ -111,8 +111,8 @@ def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_pa
 
 
 def test_only_the_judged_tokens_enter_the_loss(sft_model):
-    """Before the last step the action line alone (its tokens decode back to it); at the last step, or
-    without an action line, the whole reply."""
+    """Before the last step the action line alone; at the last step the belief line alone; without an
+    action line, the whole reply."""
     _, tokenizer = _load(sft_model)
     reply = "BELIEF: S=0.25 M=0.75 W=0.50\nACTION: MEDITATE"
     ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -120,6 +120,9 @@ def test_only_the_judged_tokens_enter_the_loss(sft_model):
     assert 0 < sum(mask) < len(ids) and mask == sorted(mask), "one block at the end"
     kept = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
     assert "MEDITATE" in kept and "S=" not in kept and "0.25" not in kept
-    assert decision_mask(tokenizer, ids, 27) == [1] * len(ids)
+    last = decision_mask(tokenizer, ids, 27)
+    assert [1 - m for m in last] == mask, "the last step trains exactly the other tokens"
+    kept_last = tokenizer.decode([i for i, m in zip(ids, last, strict=True) if m], skip_special_tokens=True)
+    assert "0.25" in kept_last and "0.75" in kept_last and "MEDITATE" not in kept_last
     lost = tokenizer("BELIEF: S=0.25 M=0.75 W=0.50", add_special_tokens=False)["input_ids"]
     assert decision_mask(tokenizer, lost, 4) == [1] * len(lost)

@@ -13,8 +13,9 @@ continuation as the rollout policy, so the reward measures what eval measures.
 Replies of one state that name the same action share one continuation (the first such reply's text
 is kept in the week's context); at the last step the stated belief also enters the key, since it is
 the belief the grader scores. For the same reason only the tokens that the score judges enter the loss
-(TRL's ``env_mask``, :func:`decision_mask`): the action line before the last step, the whole reply at
-it; otherwise the belief numbers of every reply would be pushed up or down with its action's luck.
+(TRL's ``env_mask``, :func:`decision_mask`): the action line before the last step, the belief line at
+it; otherwise every reply's belief numbers would be pushed up or down with its action's luck, and the
+last step's action with its belief's.
 Runs inside TRL's ``rollout_func`` (:mod:`rhythm.train.grpo`).
 """
 
@@ -59,14 +60,14 @@ class State:
 
 
 def decision_mask(tokenizer: Any, completion_ids: Sequence[int], t: int) -> list[int]:
-    """Which reply tokens the branch score judges (TRL's ``env_mask``: 1 = in the loss): from the token that
-    completes ``ACTION`` to the end. Before the last step the stated belief changes no score, so its
-    tokens stay out of the loss; at the last step, and in a reply with no action line, every token is in."""
-    if t == EPISODE_STEPS - 1:
-        return [1] * len(completion_ids)
+    """Which reply tokens the branch score judges (TRL's ``env_mask``: 1 = in the loss). Before the last
+    step the stated belief changes no score: the action line alone (from the token that completes
+    ``ACTION`` to the end). At the last step the belief is what is graded and the action is worth one
+    step's reward: the belief line alone (up to that token). A reply with no action line: every token."""
     for k in range(len(completion_ids)):
         if "ACTION" in tokenizer.decode(list(completion_ids[: k + 1]), skip_special_tokens=True):
-            return [0] * k + [1] * (len(completion_ids) - k)
+            rest = len(completion_ids) - k
+            return [1] * k + [0] * rest if t == EPISODE_STEPS - 1 else [0] * k + [1] * rest
     return [1] * len(completion_ids)
 
 
