@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_dict, config_hash
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.env.profiles import belief_of, sample_profiles
-from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate

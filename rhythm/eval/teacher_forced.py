@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import replay
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, METER_ABBREV, N_METERS
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.env.render import METER_HEADER
-from rhythm.episodes import replay
 from rhythm.errors import RhythmError
 from rhythm.grader import PRIOR_MEAN
 from rhythm.protocol import format_ending, parse_reply, record_conversation

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.eval.belief_steps import belief_steps, main
 from rhythm.grader import PRIOR_MEAN

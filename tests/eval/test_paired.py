@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.eval.paired import final_scores, main, paired_differences
 from rhythm.records import JsonlWriter

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.profiles import belief_of, sample_profiles
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 
 

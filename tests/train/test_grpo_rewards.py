@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, EPISODE_STEPS
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.train.grpo.rewards import (
     ROLLOUT_HORIZON,

@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rhythm.agents.episodes import replay
 from rhythm.agents.planner import action_values
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.dynamics import make_params
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np
-from rhythm.episodes import replay
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score
 from rhythm.protocol import parse_reply
