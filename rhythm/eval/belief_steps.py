@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.plots import belief_errors
-from rhythm.eval.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, mean_ci
+from rhythm.eval.stats import bootstrap_ci, mean_ci
 from rhythm.records import read_episodes
 
 
@@ -47,17 +45,7 @@ def _ratio_ci(errors: np.ndarray, priors: np.ndarray) -> tuple[float, float]:
     if len(errors) < 2 or np.ptp(errors / priors) == 0.0:
         r = float(errors.mean() / priors.mean())
         return r, r
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = stats.bootstrap((errors, priors), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis),
-                              paired=True, vectorized=True, n_resamples=BOOTSTRAP_RESAMPLES, method="BCa",
-                              rng=np.random.default_rng(BOOTSTRAP_SEED))
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (np.isfinite(lo) and np.isfinite(hi)):  # BCa can fail on near-degenerate data
-        rng = np.random.default_rng(BOOTSTRAP_SEED)
-        idx = rng.integers(0, len(errors), (BOOTSTRAP_RESAMPLES, len(errors)))
-        lo, hi = (float(v) for v in np.percentile(errors[idx].mean(axis=1) / priors[idx].mean(axis=1), [2.5, 97.5]))
-    return lo, hi
+    return bootstrap_ci((errors, priors), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis))
 
 
 def belief_steps(errors: np.ndarray, priors: np.ndarray, steps: tuple[int, ...]) -> BeliefSteps:

@@ -38,10 +38,9 @@ from rhythm.agents.episodes import replay
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, METER_ABBREV, N_METERS
-from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
-from rhythm.grader import PRIOR_MEAN
+from rhythm.grader import prior_mae, true_belief
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
@@ -162,7 +161,7 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
         ids, logits = _forced(model, tokenizer, record)
         at = [i for i, t in enumerate(ids) if t in markers]
         said = values[logits[at][:, value_ids].argmax(-1)].view(-1, 3).numpy()
-        truth = belief_of(sample_profiles(record["condition"], record["split"], np.array([record["seed"]])))[0]
+        truth = true_belief(record["condition"], record["split"], [record["seed"]])[0]
         student.append(np.abs(said - truth).mean(axis=1))
         teacher.append(np.abs(np.array([s["belief"] for s in record["steps"]]) - truth).mean(axis=1))
     return np.stack(student), np.stack(teacher)
@@ -217,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
 
-    prior = np.mean([np.abs(np.asarray(PRIOR_MEAN[r["condition"]]) - belief_of(sample_profiles(r["condition"], r["split"], np.array([r["seed"]])))[0]).mean()
-                     for r in records])
+    prior = np.mean([prior_mae(r["condition"], true_belief(r["condition"], r["split"], [r["seed"]])[0]) for r in records])
     row = lambda e: " / ".join(f"{e.mean(axis=0)[s - 1]:.3f}" for s in STEPS)  # noqa: E731
     print(f"teacher-forced belief MAE at steps {'/'.join(map(str, STEPS))} over {len(records)} weeks (prior {prior:.3f}):")
     student, recorded = teacher_forced_errors(model, tokenizer, records)
