@@ -20,9 +20,9 @@ from _common import pin_one_core, report  # noqa: E402
 
 def one_core_rates() -> dict:
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.posterior import PosteriorConfig
     from rhythm.agents.registry import make_agent
-    from rhythm.episodes import play
 
     def rate(n: int, chunk: int) -> float:
         specs = [EpisodeSpec("in-dist", "train", 50_000 + s) for s in range(n)]

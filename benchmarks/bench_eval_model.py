@@ -84,8 +84,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.model import ModelAgent
-    from rhythm.episodes import play
     from rhythm.model.load import ModelOptions
 
     options = ModelOptions(device="cpu", max_new_tokens=args.max_new_tokens, batch_size=args.episodes)

@@ -25,11 +25,11 @@ from _common import report  # noqa: E402
 def transitions(condition: str, seeds: list[int]) -> tuple[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
     """Replay the bayes teacher's weeks: per step ``(t, before, action, after)``, the episode keys and the truths."""
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.registry import make_agent
     from rhythm.agents.teachers import spec_keys
     from rhythm.env.batched import BatchedRhythmEnv
     from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
-    from rhythm.episodes import play
 
     specs = [EpisodeSpec(condition, "eval", s) for s in seeds]
     records = play(make_agent("bayes"), specs)

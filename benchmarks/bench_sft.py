@@ -31,8 +31,8 @@ def _rss_mb() -> float:
 
 def teacher_data(path: Path, episodes: int) -> Path:
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.registry import make_agent
-    from rhythm.episodes import play
     from rhythm.records import JsonlWriter
 
     with JsonlWriter(path) as w:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from rhythm.model.tiny import tiny_student_path
+    from rhythm.agents.tiny import tiny_student_path
     from rhythm.train.sft import SFTRunConfig
 
     transformers.logging.set_verbosity_error()

@@ -26,8 +26,8 @@ from _common import report  # noqa: E402
 def weeks(n: int) -> tuple[list[list[dict]], list[list[dict]]]:
     """``n`` bayes weeks as whole-week chats: (with reasoning, protocol lines only)."""
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.registry import make_agent
-    from rhythm.episodes import play
     from rhythm.protocol import format_ending, parse_reply, record_conversation
 
     full, lines = [], []
@@ -84,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
-    from rhythm.model.tiny import tiny_student_path
+    from rhythm.agents.tiny import tiny_student_path
 
     full, lines = weeks(args.episodes)
     tiny = AutoTokenizer.from_pretrained(tiny_student_path())

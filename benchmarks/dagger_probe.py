@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report  # noqa: E402
 
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec  # noqa: E402
+from rhythm.agents.episodes import play  # noqa: E402
 from rhythm.agents.model import ModelAgent  # noqa: E402
 from rhythm.agents.teachers import BayesAgent, TeacherConfig  # noqa: E402
 from rhythm.env.constants import ACTIONS  # noqa: E402
-from rhythm.episodes import play  # noqa: E402
 from rhythm.model.load import ModelOptions  # noqa: E402
 from rhythm.protocol import format_ending  # noqa: E402
 from rhythm.records import dumps  # noqa: E402

@@ -24,11 +24,12 @@ model() {  # tiny students outside the named ones: base = 4 layers without numer
   python - "$WORK/m" <<'PY'
 import sys
 from pathlib import Path
+from rhythm.agents.tiny import protocol_corpus
 from rhythm.model.tiny import TinySpec, build_tiny_student
 specs = {"base": TinySpec(num_hidden_layers=4, numeric_init=False), "h64": TinySpec(num_hidden_layers=4, hidden_size=64, intermediate_size=256)}
 for name, spec in specs.items():
     if not (Path(sys.argv[1]) / name / "rhythm_tiny.json").exists():
-        build_tiny_student(Path(sys.argv[1]) / name, spec)
+        build_tiny_student(Path(sys.argv[1]) / name, protocol_corpus(spec), spec)
 PY
 }
 

@@ -50,6 +50,18 @@ def estimate_prior(condition: str, n: int = PRIOR_SAMPLES) -> tuple[np.ndarray, 
     return mean, float(np.abs(beliefs - mean).mean())
 
 
+def true_belief(condition: str, split: str, seeds: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The hidden (S, M, W) of the people of ``(condition, split, seeds)``: ``(len(seeds), 3)``. The one
+    place a report, a plot, a probe or a reward finds the truth a stated belief is graded against."""
+    return belief_of(sample_profiles(condition, split, np.asarray(seeds, dtype=np.int64)))
+
+
+def prior_mae(condition: str, truth: np.ndarray) -> np.ndarray:
+    """MAE of the condition's constant prior-mean belief (``PRIOR_MEAN``) against ``truth``, per row:
+    the constant guess every report shows beside an agent's belief MAE, on the same people."""
+    return belief_mae(np.asarray(PRIOR_MEAN[condition]), truth)
+
+
 def behaviour_score(returns: np.ndarray | float) -> np.ndarray | float:
     """The return mapped linearly from [RETURN_LOW, RETURN_HIGH] to [0, 1], clipped."""
     out = np.clip((np.asarray(returns, dtype=np.float64) - RETURN_LOW) / (RETURN_HIGH - RETURN_LOW), 0.0, 1.0)
@@ -135,7 +147,7 @@ def score_episode(
         belief_score=v3,
         belief_score_v2=v2,
         belief_mae=None if np.isnan(mae) else mae,
-        belief_mae_prior=float(belief_mae(np.asarray(PRIOR_MEAN[condition]), truth)),
+        belief_mae_prior=float(prior_mae(condition, truth)),
         return_=float(episode_return),
         crashes=int(crashes),
     )

@@ -36,6 +36,14 @@ def versions(packages: tuple[str, ...] = _PACKAGES) -> dict[str, str]:
     return out
 
 
+def package_version() -> str:
+    """This package's installed version: the code version that cache keys and stage stamps record."""
+    try:
+        return metadata.version("rhythm")
+    except metadata.PackageNotFoundError:  # run from a source tree without an install
+        return "unknown"
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 

@@ -15,8 +15,9 @@ Stages, each a call of the same library function its own command uses:
 7. A summary table (``summary.md``, ``summary.json``) that compares the student with the baselines
    whatever the result.
 
-Every stage records a stamp: a hash of its resolved config and of the files it reads. A second run
-with unchanged inputs reuses a stage's outputs instead of recomputing them.
+Every stage records a stamp: the package version, the env version, a hash of its resolved config and
+of the files it reads. A second run with the same stamp reuses a stage's outputs; a stage whose stamp
+differs runs again and says why (``[generate] env version changed (rhythm-v1 -> rhythm-v2): rerunning``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import orjson
 
 from rhythm.config import NULL, config_dict, load_config, write_config
+from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
 from rhythm.eval.paired import final_scores, paired_differences
@@ -38,7 +40,7 @@ from rhythm.eval.plots import PlotConfig, make_plots
 from rhythm.eval.reeval import ReevalConfig, reeval
 from rhythm.eval.results import EvalResults
 from rhythm.model.load import ModelOptions
-from rhythm.provenance import now_iso, versions
+from rhythm.provenance import now_iso, package_version, versions
 from rhythm.records import read_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.common import data_paths
@@ -104,9 +106,23 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _inputs_hash(config: Any, inputs: list[str | Path]) -> str:
-    payload = {"config": config_dict(config), "inputs": {str(i): file_digest(i) for i in inputs}}
-    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+def _stamp(config: Any, inputs: list[str | Path]) -> dict[str, Any]:
+    """What a stage's outputs are made from: code and env versions, its resolved config, the files it reads."""
+    config_hash = hashlib.sha256(orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    return {"package_version": package_version(), "env_version": ENV_VERSION, "config": config_hash,
+            "inputs": {str(i): file_digest(i) for i in inputs}}
+
+
+def _why_stale(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why a stage recorded as ``old`` must run again for ``new``, or None when nothing changed."""
+    for key, what in (("package_version", "package version"), ("env_version", "env version")):
+        if old.get(key) != new[key]:
+            return f"{what} changed ({old.get(key)} -> {new[key]})"
+    if old.get("config") != new["config"]:
+        return "config changed"
+    before, now = old.get("inputs", {}), new["inputs"]
+    changed = sorted(name for name in {*before, *now} if before.get(name) != now.get(name))
+    return f"input changed ({', '.join(changed)})" if changed else None
 
 
 @dataclass
@@ -127,21 +143,28 @@ def run_stage(
     fn: Callable[[], dict[str, Any] | None],
     say: Callable[[str], None],
 ) -> StageResult:
-    """Run ``fn`` unless the stamp says the same config and inputs already produced ``outputs``."""
-    key = _inputs_hash(config, inputs)
+    """Run ``fn`` unless the stamp says the same code, env, config and inputs already produced ``outputs``."""
+    new = _stamp(config, inputs)
     stamp = stamp_dir / STAMP
-    if stamp.exists() and all(p.exists() for p in outputs.values()):
+    why = "running"
+    if stamp.exists():
         old = orjson.loads(stamp.read_bytes())
-        if old.get("inputs_hash") == key:
+        missing = [str(p) for p in outputs.values() if not p.exists()]
+        if missing:
+            stale = f"output missing ({', '.join(missing)})"
+        else:
+            stale = _why_stale(old["made_from"], new) if "made_from" in old else "stamp of an older rhythm"
+        if stale is None:
             say(f"[{name}] inputs unchanged: reusing {', '.join(str(p) for p in outputs.values())}")
             info = {**old.get("info", {}), "made_in_s": old.get("seconds"), "made_at": old.get("created_at")}
             return StageResult(name, True, 0.0, {k: str(v) for k, v in outputs.items()}, info)
-    say(f"[{name}] running")
+        why = f"{stale}: rerunning"
+    say(f"[{name}] {why}")
     started = time.perf_counter()
     info = fn() or {}
     seconds = round(time.perf_counter() - started, 1)
     stamp_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_bytes(orjson.dumps({"stage": name, "inputs_hash": key, "created_at": now_iso(), "seconds": seconds, "info": info}))
+    stamp.write_bytes(orjson.dumps({"stage": name, "made_from": new, "created_at": now_iso(), "seconds": seconds, "info": info}))
     say(f"[{name}] done in {seconds:.0f} s")
     return StageResult(name, False, seconds, {k: str(v) for k, v in outputs.items()}, info)
 

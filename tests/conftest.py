@@ -53,7 +53,7 @@ def rhythm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_student(rhythm_cache: Path) -> Path:
     """Path of the tiny offline student (tokenizer + random Qwen2 model), built once per session."""
-    from rhythm.model.tiny import tiny_student_path
+    from rhythm.agents.tiny import tiny_student_path
     from tests.shared import locked
 
     with locked(rhythm_cache):

@@ -24,6 +24,14 @@ import pytest
         (["eval", "--no-such-flag"], "No such option"),
         (["eval", "--episodes", "many"], "--episodes"),
         (["eval", "--split", "bogus"], "unknown split 'bogus'; expected one of"),
+        (["analyze", "paired", "missing.jsonl", "other.jsonl"], "file not found: missing.jsonl"),
+        (["analyze", "paired", "only-one.jsonl"], "Missing argument 'SECOND'"),
+        (["analyze", "belief-steps", "missing.jsonl"], "file not found: missing.jsonl"),
+        (["analyze", "belief-steps", "missing.jsonl", "--steps", "1,x"], "--steps must be comma-separated integers"),
+        (["analyze", "tables"], "nothing to tabulate"),
+        (["analyze", "tables", "missing.json"], "file not found: missing.json"),
+        (["analyze", "teacher-forced", "missing-model", "missing.jsonl"], "file not found: missing.jsonl"),
+        (["analyze", "nonsense"], "No such command 'nonsense'"),
         (["eval", "--agent", "openai:m", "--concurrency", "0"], "concurrency"),
     ],
 )
@@ -84,3 +92,21 @@ def test_no_arguments_in_an_empty_directory_says_what_is_missing(run_cli, tmp_pa
     code, out, err = run_cli(cmd)
     assert code == 2 and out == "" and err.splitlines() == [f"rhythm: error: {needle}" + err.split(needle, 1)[1].rstrip("\n")]
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_every_analysis_tool_is_a_subcommand_with_an_example(run_cli) -> None:
+    code, out, _ = run_cli("--help")
+    assert code == 0 and "analyze" in out
+    for tool in ("paired", "belief-steps", "tables", "teacher-forced"):
+        code, out, _ = run_cli("analyze", tool, "--help")
+        assert code == 0 and "Examples:" in out and f"\n    rhythm analyze {tool}" in out, out
+
+
+def test_analyze_tables_prints_the_docs_tables(run_cli, tmp_path: Path) -> None:
+    from rhythm.eval.evaluate import EvalConfig, run_eval
+
+    out_path = tmp_path / "heuristic" / "eval_results_v2.json"
+    run_eval(EvalConfig(agent="heuristic", condition="discrete", episodes=2, output=str(out_path)), say=lambda m: None)
+    code, out, err = run_cli("analyze", "tables", str(out_path))
+    assert code == 0 and err == ""
+    assert out.startswith("|") and "heuristic" in out and "discrete" in out

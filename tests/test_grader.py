@@ -80,3 +80,27 @@ def test_constant_prior_mean_belief_earns_about_nothing_under_v3(condition: str)
     assert float(np.mean(v3)) < 0.2  # clipping per episode leaves a little
     assert float(np.mean(v2)) > 0.75  # while v2 paid ~0.8 for the same guess
     assert float(np.mean(v3)) < 0.25 * float(np.mean(v2))
+
+
+def test_every_truth_and_prior_mae_is_the_graders() -> None:
+    """The env, the records, the plots and the GRPO rewards find the same truth and the same prior MAE."""
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
+    from rhythm.agents.registry import make_agent
+    from rhythm.env.batched import BatchedRhythmEnv
+    from rhythm.eval.plots import belief_errors
+    from rhythm.grader import prior_mae, true_belief
+    from rhythm.train.grpo.rewards import _truth
+
+    for condition in ("in-dist", "ood", "discrete"):
+        seeds = [0, 3, 7]
+        truth = true_belief(condition, "eval", seeds)
+        env = BatchedRhythmEnv(condition, "eval", num_envs=len(seeds))
+        env.reset(seed=seeds)
+        assert np.array_equal(truth, env.belief_targets)
+        assert [_truth(condition, "eval", s) for s in seeds] == [tuple(row) for row in truth]
+        records = play(make_agent("bayes"), [EpisodeSpec(condition, "eval", s) for s in seeds])
+        errors, priors = belief_errors([(f"rec:{i}", r.to_dict()) for i, r in enumerate(records)])[condition]
+        assert priors == pytest.approx([r.score["belief_mae_prior"] for r in records], abs=1e-12)
+        assert priors == pytest.approx(prior_mae(condition, truth), abs=1e-12)
+        assert errors[:, -1] == pytest.approx([r.score["belief_mae"] for r in records], abs=1e-4)  # stored beliefs: 4 decimals

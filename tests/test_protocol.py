@@ -157,8 +157,8 @@ def test_record_conversation_refuses_another_protocol_with_one_line(version) -> 
 def test_the_conversation_an_agent_sees_is_the_recorded_one() -> None:
     """What a language agent is shown at step t (BatchObservation.conversation) is what
     record_conversation rebuilds from the stored record: the one definition of a prompt."""
+    from rhythm.agents.episodes import play_batch
     from rhythm.agents.registry import make_agent
-    from rhythm.episodes import play_batch
 
     bayes = make_agent("bayes")
     seen: dict[tuple[int, int], list[dict]] = {}

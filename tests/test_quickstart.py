@@ -8,6 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+import rhythm.quickstart
+from rhythm.env.constants import ENV_VERSION
 from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_stage
 from tests.shared import QUICKSTART_MINI as MINI
 
@@ -19,7 +21,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_student: Path) -> None:
+def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_student: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = QuickstartConfig(out=str(tmp_path / "qs"), **MINI)
     said: list[str] = []
     first = quickstart(cfg, say=said.append, quiet=True)
@@ -46,6 +48,21 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     second = quickstart(cfg, say=said.append, quiet=True)
     assert all(s["reused"] for s in second["stages"])
     assert second["students"] == first["students"]
+
+    # a new env version: the teacher data is stale, and the quickstart says so as it plays the weeks again
+    class Stop(Exception):
+        pass
+
+    def stop_after_generate(line: str) -> None:
+        said.append(line)
+        if line.startswith("[generate] done"):
+            raise Stop
+
+    with monkeypatch.context() as m:
+        m.setattr(rhythm.quickstart, "ENV_VERSION", "rhythm-v999")
+        with pytest.raises(Stop):
+            quickstart(cfg, say=stop_after_generate, quiet=True)
+    assert f"[generate] env version changed ({ENV_VERSION} -> rhythm-v999): rerunning" in said
 
     # more teacher seeds: data changes, so SFT and everything after it run again
     third = quickstart(QuickstartConfig(out=cfg.out, **{**MINI, "seeds": "0-6"}), say=said.append, quiet=True)
@@ -80,3 +97,43 @@ def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> N
     assert file_digest(src) != file_digest(tmp_path / "stage")
     stamp = orjson.loads((tmp_path / "stage" / ".rhythm_stage.json").read_bytes())
     assert stamp["stage"] == "s" and stamp["info"] == {"n": 4}
+
+
+def _stage(tmp_path: Path, said: list[str]) -> bool:
+    target = tmp_path / "stage" / "out.txt"
+
+    def fn() -> None:
+        target.parent.mkdir(exist_ok=True)
+        target.write_text("made")
+
+    return run_stage("generate", tmp_path / "stage", {"k": 1}, [], {"out": target}, fn, said.append).reused
+
+
+@pytest.mark.parametrize("name, value, why", [
+    ("ENV_VERSION", "rhythm-v999", f"env version changed ({ENV_VERSION} -> rhythm-v999)"),
+    ("package_version", lambda: "9.9.9", "package version changed ("),
+])
+def test_a_new_env_or_package_version_reruns_a_stage_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name, value, why) -> None:
+    said: list[str] = []
+    assert _stage(tmp_path, said) is False
+    assert _stage(tmp_path, said) is True
+    monkeypatch.setattr(rhythm.quickstart, name, value)
+    assert _stage(tmp_path, said) is False
+    assert said[-2].startswith(f"[generate] {why}") and said[-2].endswith(": rerunning")
+    assert _stage(tmp_path, said) is True  # the new stamp holds
+
+
+def test_a_stale_stage_names_the_changed_input(tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("a")
+    said: list[str] = []
+    target = tmp_path / "stage" / "out.txt"
+
+    def run() -> bool:
+        return run_stage("sft", tmp_path / "stage", {}, [src], {"out": target}, lambda: target.write_text("x") and None, said.append).reused
+
+    target.parent.mkdir()
+    assert run() is False
+    src.write_text("b")
+    assert run() is False
+    assert said[-2] == f"[sft] input changed ({src}): rerunning"

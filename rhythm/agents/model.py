@@ -19,6 +19,7 @@ import hashlib
 from typing import Any
 
 from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
+from rhythm.agents.tiny import resolve_base
 from rhythm.errors import RhythmError
 from rhythm.model.load import ModelOptions, load_model, stop_token_ids
 from rhythm.model.lockstep import LockstepChat
@@ -48,7 +49,7 @@ class ModelAgent:
         if self.options.max_new_tokens < 1:
             raise RhythmError(f"model.max_new_tokens must be >= 1, got {self.options.max_new_tokens}")
         self.name = f"model:{path}"
-        self.model, self.tokenizer, self.source = load_model(path, self.options)
+        self.model, self.tokenizer, self.source = load_model(path, self.options, resolve=resolve_base)
         self.stop_ids = stop_token_ids(self.model, self.tokenizer)
         self.episodes: list[EpisodeSpec] = []
         self.engines: list[Any] = []

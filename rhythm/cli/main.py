@@ -16,6 +16,7 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover - older typer on real click
     from click.exceptions import NoArgsIsHelpError, UsageError
 
+from rhythm.cli.analyze import analyze_app
 from rhythm.cli.eval import eval_command
 from rhythm.cli.generate import generate_command
 from rhythm.cli.grpo import grpo_command
@@ -51,6 +52,7 @@ app.command("grpo")(grpo_command)
 app.command("eval")(eval_command)
 app.command("plot")(plot_command)
 app.command("quickstart")(quickstart_command)
+app.add_typer(analyze_app, name="analyze")
 
 
 def _fail(message: str, code: int = 2) -> None:

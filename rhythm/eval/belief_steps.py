@@ -1,7 +1,7 @@
 """Does the belief sharpen over the week? Belief MAE at chosen steps of played weeks, with 95% CIs, beside
 the constant prior's on the same people.
 
-Run: ``python -m rhythm.eval.belief_steps EPISODES.jsonl[,MORE.jsonl] [--steps 1,4,8,16,28]`` on ``rhythm
+Run: ``rhythm analyze belief-steps EPISODES.jsonl[,MORE.jsonl] [--steps 1,4,8,16,28]`` on ``rhythm
 eval``'s (or the quickstart's) ``*.episodes.jsonl``. Per condition it prints the mean MAE at each step, the
 last step's MAE with its CI, the constant prior's MAE, their ratio with a CI that resamples people with
 their own prior error (issue 13's "<= 0.5x the prior"), and the last step's MAE over the first's. Intervals
@@ -11,19 +11,17 @@ Weeks that state no belief at a step are left out of that step (and of its ratio
 
 from __future__ import annotations
 
-import argparse
-import sys
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.plots import belief_errors
-from rhythm.eval.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, mean_ci
+from rhythm.eval.stats import bootstrap_ci, mean_ci
 from rhythm.records import read_episodes
+
+DEFAULT_STEPS = (1, 4, 8, 16, EPISODE_STEPS)
 
 
 @dataclass(frozen=True)
@@ -47,17 +45,7 @@ def _ratio_ci(errors: np.ndarray, priors: np.ndarray) -> tuple[float, float]:
     if len(errors) < 2 or np.ptp(errors / priors) == 0.0:
         r = float(errors.mean() / priors.mean())
         return r, r
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = stats.bootstrap((errors, priors), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis),
-                              paired=True, vectorized=True, n_resamples=BOOTSTRAP_RESAMPLES, method="BCa",
-                              rng=np.random.default_rng(BOOTSTRAP_SEED))
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (np.isfinite(lo) and np.isfinite(hi)):  # BCa can fail on near-degenerate data
-        rng = np.random.default_rng(BOOTSTRAP_SEED)
-        idx = rng.integers(0, len(errors), (BOOTSTRAP_RESAMPLES, len(errors)))
-        lo, hi = (float(v) for v in np.percentile(errors[idx].mean(axis=1) / priors[idx].mean(axis=1), [2.5, 97.5]))
-    return lo, hi
+    return bootstrap_ci((errors, priors), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis))
 
 
 def belief_steps(errors: np.ndarray, priors: np.ndarray, steps: tuple[int, ...]) -> BeliefSteps:
@@ -81,31 +69,20 @@ def _over(a: float, b: float) -> float:
     return a / b if b > 0 else float("nan")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rhythm.eval.belief_steps", description=__doc__.split("\n\n")[0])
-    parser.add_argument("episodes", help="episodes JSONL (comma-separated files allowed)")
-    parser.add_argument("--steps", default=f"1,4,8,16,{EPISODE_STEPS}", help="1-based steps, ascending (default: %(default)s)")
-    args = parser.parse_args(argv)
-    try:
-        steps = tuple(int(s) for s in args.steps.split(","))
-    except ValueError:
-        print(f"rhythm: error: --steps must be comma-separated integers, got {args.steps!r}", file=sys.stderr)
-        return 2
-    try:
-        errors = belief_errors([pair for path in args.episodes.split(",") for pair in read_episodes(path)])
-        if not errors:
-            raise RhythmError(f"no weeks in {args.episodes}")
-        rows = {c: belief_steps(*errors[c], steps) for c in sorted(errors, key=lambda c: (CONDITIONS + (c,)).index(c))}
-    except (RhythmError, OSError) as err:
-        print(f"rhythm: error: {err}", file=sys.stderr)
-        return 2
-    print(f"condition  weeks  belief MAE at steps {'/'.join(map(str, steps))}  step {steps[-1]} [95% CI]  prior  "
-          f"step {steps[-1]} / prior [95% CI]  step {steps[-1]} / step {steps[0]}")
+def belief_steps_of(files: str, steps: tuple[int, ...]) -> dict[str, BeliefSteps]:
+    """:func:`belief_steps` of each condition (the benchmark's order) in ``files`` (comma-separated JSONL paths)."""
+    errors = belief_errors([pair for path in files.split(",") for pair in read_episodes(path)])
+    if not errors:
+        raise RhythmError(f"no weeks in {files}")
+    return {c: belief_steps(*errors[c], steps) for c in sorted(errors, key=lambda c: (CONDITIONS + (c,)).index(c))}
+
+
+def belief_steps_table(rows: dict[str, BeliefSteps]) -> str:
+    """:func:`belief_steps_of` as the table ``rhythm analyze belief-steps`` prints."""
+    steps = next(iter(rows.values())).steps
+    lines = [f"condition  weeks  belief MAE at steps {'/'.join(map(str, steps))}  step {steps[-1]} [95% CI]  prior  "
+             f"step {steps[-1]} / prior [95% CI]  step {steps[-1]} / step {steps[0]}"]
     for cond, r in rows.items():
-        print(f"{cond:9s}  {r.episodes:5d}  {' / '.join(f'{m:.3f}' for m in r.mae)}  {r.mae[-1]:.3f} [{r.last_ci[0]:.3f}, "
-              f"{r.last_ci[1]:.3f}]  {r.prior:.3f}  {r.ratio:.2f}x [{r.ratio_ci[0]:.2f}, {r.ratio_ci[1]:.2f}]  {r.last_over_first:.2f}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        lines.append(f"{cond:9s}  {r.episodes:5d}  {' / '.join(f'{m:.3f}' for m in r.mae)}  {r.mae[-1]:.3f} [{r.last_ci[0]:.3f}, "
+                     f"{r.last_ci[1]:.3f}]  {r.prior:.3f}  {r.ratio:.2f}x [{r.ratio_ci[0]:.2f}, {r.ratio_ci[1]:.2f}]  {r.last_over_first:.2f}")
+    return "\n".join(lines)

@@ -19,16 +19,15 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_dict, config_hash
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
-from rhythm.env.profiles import belief_of, sample_profiles
-from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
-from rhythm.grader import GRADERS, belief_mae_by_step
+from rhythm.grader import GRADERS, belief_mae_by_step, true_belief
 from rhythm.locking import output_lock
 from rhythm.model.llm_client import LLMConfig
 from rhythm.model.load import ModelOptions
@@ -126,7 +125,7 @@ def summarize_condition(
 ) -> dict[str, Any]:
     """The report of one condition (SPEC section 6), from the agent's and references' records."""
     seeds = [r.seed for r in records]
-    truth = belief_of(sample_profiles(condition, records[0].split, np.array(seeds)))
+    truth = true_belief(condition, records[0].split, seeds)
     beliefs = [r.steps[-1].belief for r in records]
     stated = [b is not None for b in beliefs]
     by_dim = None

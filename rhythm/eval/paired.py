@@ -1,6 +1,6 @@
 """Two agents on the same people: the paired difference of their final scores, per condition.
 
-Run: ``python -m rhythm.eval.paired FIRST.episodes.jsonl SECOND.episodes.jsonl`` (``rhythm eval``'s episode
+Run: ``rhythm analyze paired FIRST.episodes.jsonl SECOND.episodes.jsonl`` (``rhythm eval``'s episode
 files; several files per side may be joined with commas). Prints, per condition, the mean of (second -
 first) over the people both played, its seeded 95% bootstrap CI (:func:`rhythm.eval.stats.mean_ci`) and
 how often the second beats the first. Pairing removes the person-to-person spread that makes two
@@ -10,8 +10,6 @@ same train-split seeds, and how the quickstart reports GRPO against SFT.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,26 +48,15 @@ def paired_differences(first: dict[Key, float], second: dict[Key, float]) -> dic
     return out
 
 
-def _load(spec: str) -> dict[Key, float]:
-    return final_scores(r for path in spec.split(",") for _, r in read_episodes(path))
+def final_scores_of(files: str) -> dict[Key, float]:
+    """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths)."""
+    return final_scores(r for path in files.split(",") for _, r in read_episodes(path))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rhythm.eval.paired", description=__doc__.split("\n\n")[0])
-    parser.add_argument("first", help="episodes JSONL of the first agent (comma-separated files allowed)")
-    parser.add_argument("second", help="episodes JSONL of the second agent, on the same people")
-    args = parser.parse_args(argv)
-    try:
-        diffs = paired_differences(_load(args.first), _load(args.second))
-    except (RhythmError, OSError) as err:
-        print(f"rhythm: error: {err}", file=sys.stderr)
-        return 2
-    print("condition  people  second - first [95% CI]    second wins")
+def paired_table(diffs: dict[str, dict[str, Any]]) -> str:
+    """:func:`paired_differences` as the table ``rhythm analyze paired`` prints."""
+    lines = ["condition  people  second - first [95% CI]    second wins"]
     for cond, d in diffs.items():
         lo, hi = d["ci95"]
-        print(f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  {d['win_rate']:.2f}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        lines.append(f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  {d['win_rate']:.2f}")
+    return "\n".join(lines)

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
-from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.errors import RhythmError
 from rhythm.eval.results import EvalResults, episodes_path
-from rhythm.grader import PRIOR_MEAN, belief_mae_by_step
+from rhythm.eval.stats import mean_ci
+from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
 from rhythm.records import iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
@@ -275,24 +275,23 @@ def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[
     for where, rec in records:
         cond = rec["condition"]
         try:
-            truth = belief_of(sample_profiles(cond, rec["split"], np.array([rec["seed"]])))[0]
+            truth = true_belief(cond, rec["split"], [rec["seed"]])[0]
             err = belief_mae_by_step([(int(step["t"]), step.get("belief")) for step in rec["steps"]], truth, EPISODE_STEPS)
         except (ValueError, TypeError) as exc:
             raise RhythmError(f"{where}: {exc}") from None
         errs, priors = out.setdefault(cond, ([], []))
         errs.append(err)
-        priors.append(float(np.abs(np.asarray(PRIOR_MEAN[cond]) - truth).mean()))
+        priors.append(float(prior_mae(cond, truth)))
     return {c: (np.stack(e), np.array(p)) for c, (e, p) in out.items()}
 
 
 def _curve(agent: str, condition: str, errors: np.ndarray, priors: np.ndarray) -> BeliefCurve:
+    """Mean MAE per step with the reports' 95% interval (:func:`rhythm.eval.stats.mean_ci`) as its band."""
     stated = (~np.isnan(errors)).sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(stated > 0, np.nansum(errors, axis=0) / np.maximum(stated, 1), np.nan)
-        sq = np.where(np.isnan(errors), 0.0, (errors - mean) ** 2).sum(axis=0)
-        sd = np.sqrt(sq / np.maximum(stated - 1, 1))
-        half = np.where(stated > 1, 1.96 * sd / np.sqrt(np.maximum(stated, 1)), 0.0)
-    return BeliefCurve(agent, condition, mean, mean - half, mean + half, stated, len(errors), float(priors.mean()))
+    cis = [mean_ci(errors[:, t]) for t in range(errors.shape[1])]
+    mean = np.array([np.nan if c["mean"] is None else c["mean"] for c in cis])
+    low, high = (np.array([np.nan if c["ci95"] is None else c["ci95"][i] for c in cis]) for i in (0, 1))
+    return BeliefCurve(agent, condition, mean, low, high, stated, len(errors), float(priors.mean()))
 
 
 def read_episode_records(path: Path) -> list[tuple[str, dict[str, Any]]]:

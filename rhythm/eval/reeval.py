@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
+from rhythm.agents.episodes import replay as replay_actions
 from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
-from rhythm.episodes import play
-from rhythm.episodes import replay as replay_actions
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci
 from rhythm.grader import score_episode

@@ -1,18 +1,35 @@
 """Statistics for reports: means with seeded bootstrap 95% confidence intervals, and paired win rates.
 
-Intervals come from ``scipy.stats.bootstrap`` (BCa, 9,999 resamples) with a fixed seed, so the same
-episodes always give the same interval, byte for byte.
+Every interval a report, a table or a plot shows comes from :func:`bootstrap_ci`: ``scipy.stats.bootstrap``
+(BCa, 9,999 resamples) with a fixed seed, so the same episodes always give the same interval, byte for
+byte.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats
 
 BOOTSTRAP_SEED = 20261122
 BOOTSTRAP_RESAMPLES = 9999
+
+
+def bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.ndarray], seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """The one interval method: a seeded BCa bootstrap 95% CI of ``statistic(*samples, axis=-1)``, people
+    resampled with all their values (samples are paired); where BCa fails on near-degenerate data, the
+    percentile interval of the same number of resamples."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = stats.bootstrap(samples, statistic, paired=len(samples) > 1, vectorized=True, n_resamples=BOOTSTRAP_RESAMPLES,
+                              method="BCa", rng=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        idx = np.random.default_rng(seed).integers(0, len(samples[0]), (BOOTSTRAP_RESAMPLES, len(samples[0])))
+        lo, hi = (float(v) for v in np.percentile(statistic(*(s[idx] for s in samples), axis=-1), [2.5, 97.5]))
+    return lo, hi
 
 
 def mean_ci(values: np.ndarray | list[float], seed: int = BOOTSTRAP_SEED) -> dict[str, object]:
@@ -24,14 +41,7 @@ def mean_ci(values: np.ndarray | list[float], seed: int = BOOTSTRAP_SEED) -> dic
     m = float(x.mean())
     if len(x) < 2 or np.ptp(x) == 0.0:
         return {"mean": round(m, 6), "ci95": [round(m, 6), round(m, 6)]}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = stats.bootstrap(
-            (x,), np.mean, n_resamples=BOOTSTRAP_RESAMPLES, method="BCa", rng=np.random.default_rng(seed)
-        )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (np.isfinite(lo) and np.isfinite(hi)):  # BCa can fail on near-degenerate data
-        lo, hi = (float(v) for v in np.percentile(x, [2.5, 97.5]))
+    lo, hi = bootstrap_ci((x,), np.mean, seed)
     return {"mean": round(m, 6), "ci95": [round(lo, 6), round(hi, 6)]}
 
 

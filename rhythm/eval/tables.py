@@ -1,12 +1,11 @@
 """Markdown tables from ``eval_results_v2.json`` files, for the README and docs/results.md.
 
-Run: ``python -m rhythm.eval.tables results/bayes/eval_results_v2.json [more.json ...]``. Every number
+Run: ``rhythm analyze tables results/bayes/eval_results_v2.json [more.json ...]``. Every number
 in the published tables comes from here, so the docs can be regenerated instead of retyped.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from rhythm.env.constants import BELIEF_DIMS, CONDITIONS
@@ -77,20 +76,9 @@ def belief_table(results: list[EvalResults]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    paths = (argv if argv is not None else sys.argv[1:])
+def results_tables(paths: list[str]) -> str:
+    """The score table and the belief table of the ``eval_results_v2.json`` files at ``paths``."""
     if not paths:
-        print("usage: python -m rhythm.eval.tables RESULTS.json [...]", file=sys.stderr)
-        sys.exit(2)
-    try:
-        results = [EvalResults.load(p) for p in paths]
-    except RhythmError as err:
-        print(f"rhythm: error: {err}", file=sys.stderr)
-        sys.exit(2)
-    print(score_table(results))
-    print()
-    print(belief_table(results))
-
-
-if __name__ == "__main__":
-    main()
+        raise RhythmError("nothing to tabulate: pass one or more eval_results_v2.json files")
+    results = [EvalResults.load(p) for p in paths]
+    return f"{score_table(results)}\n\n{belief_table(results)}"

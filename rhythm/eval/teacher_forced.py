@@ -1,7 +1,7 @@
 """Teacher-forced belief probe: the student's BELIEF at every step of the *teacher's* weeks.
 
-    python -m rhythm.eval.teacher_forced runs/quickstart/sft data/heldout.jsonl
-    python -m rhythm.eval.teacher_forced runs/quickstart/sft EVAL_DIR/eval_results_v2.episodes.jsonl --filter --condition in-dist
+    rhythm analyze teacher-forced runs/quickstart/sft data/heldout.jsonl
+    rhythm analyze teacher-forced runs/quickstart/sft EVAL_DIR/eval_results_v2.episodes.jsonl --filter --condition in-dist
 
 One forward pass per week over the teacher's conversation (protocol lines only, as the tiny student is
 trained); at each ``S=``/``M=``/``W=`` position the student's most likely number is read off, so the
@@ -27,21 +27,20 @@ last stated belief: it updates well from a good belief and never recovers from i
 
 from __future__ import annotations
 
-import argparse
-import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import replay
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, METER_ABBREV, N_METERS
-from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.env.render import METER_HEADER
-from rhythm.episodes import replay
 from rhythm.errors import RhythmError
-from rhythm.grader import PRIOR_MEAN
+from rhythm.grader import prior_mae, true_belief
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
@@ -162,7 +161,7 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
         ids, logits = _forced(model, tokenizer, record)
         at = [i for i, t in enumerate(ids) if t in markers]
         said = values[logits[at][:, value_ids].argmax(-1)].view(-1, 3).numpy()
-        truth = belief_of(sample_profiles(record["condition"], record["split"], np.array([record["seed"]])))[0]
+        truth = true_belief(record["condition"], record["split"], [record["seed"]])[0]
         student.append(np.abs(said - truth).mean(axis=1))
         teacher.append(np.abs(np.array([s["belief"] for s in record["steps"]]) - truth).mean(axis=1))
     return np.stack(student), np.stack(teacher)
@@ -199,43 +198,38 @@ def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dic
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def probe_report(model_dir: str, episodes: str, *, condition: str | None = None, filter_probe: bool = False,
+                 actions: bool = False, meters: bool = False) -> Iterator[str]:
+    """The lines ``rhythm analyze teacher-forced`` prints, one probe at a time: the student of ``model_dir``
+    on the weeks of ``episodes`` (of ``condition`` only, if given); the filter's, the actions' and the
+    meters' probes on request."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    parser = argparse.ArgumentParser(prog="python -m rhythm.eval.teacher_forced", description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", help="the tiny student's directory")
-    parser.add_argument("episodes", help="episodes JSONL: a teacher's weeks, or rhythm eval's *.episodes.jsonl")
-    parser.add_argument("--filter", action="store_true", help="also probe with the bayes filter's beliefs in context")
-    parser.add_argument("--condition", help="only the weeks of this condition")
-    parser.add_argument("--actions", action="store_true", help="also the student's action choices against the recorded ones")
-    parser.add_argument("--meters", action="store_true", help="also how well each current meter reads off the student's state at its action")
-    args = parser.parse_args(argv)
-    records = [r for _, r in read_episodes(args.episodes) if args.condition in (None, r["condition"])]
+    records = [r for _, r in read_episodes(episodes) if condition in (None, r["condition"])]
     if not records:
-        print(f"no weeks in {args.episodes}" + (f" for condition {args.condition}" if args.condition else ""), file=sys.stderr)
-        return 2
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+        raise RhythmError(f"no weeks in {episodes}" + (f" for condition {condition}" if condition else ""))
+    if not Path(model_dir).expanduser().is_dir():
+        raise RhythmError(f"model directory not found: {model_dir}")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
 
-    prior = np.mean([np.abs(np.asarray(PRIOR_MEAN[r["condition"]]) - belief_of(sample_profiles(r["condition"], r["split"], np.array([r["seed"]])))[0]).mean()
-                     for r in records])
+    prior = np.mean([prior_mae(r["condition"], true_belief(r["condition"], r["split"], [r["seed"]])[0]) for r in records])
     row = lambda e: " / ".join(f"{e.mean(axis=0)[s - 1]:.3f}" for s in STEPS)  # noqa: E731
-    print(f"teacher-forced belief MAE at steps {'/'.join(map(str, STEPS))} over {len(records)} weeks (prior {prior:.3f}):")
+    yield f"teacher-forced belief MAE at steps {'/'.join(map(str, STEPS))} over {len(records)} weeks (prior {prior:.3f}):"
     student, recorded = teacher_forced_errors(model, tokenizer, records)
-    print(f"  student, the recorded beliefs in context  {row(student)}")
-    print(f"  the recorded beliefs                      {row(recorded)}")
-    if args.filter:
+    yield f"  student, the recorded beliefs in context  {row(student)}"
+    yield f"  the recorded beliefs                      {row(recorded)}"
+    if filter_probe:
         student, filtered = teacher_forced_errors(model, tokenizer, with_beliefs(records, filter_beliefs(records)))
-        print(f"  student, the filter's beliefs in context  {row(student)}")
-        print(f"  bayes filter on these weeks               {row(filtered)}")
-    if args.actions:
-        print(action_table(*teacher_forced_actions(model, tokenizer, records)))
-    if args.meters:
+        yield f"  student, the filter's beliefs in context  {row(student)}"
+        yield f"  bayes filter on these weeks               {row(filtered)}"
+    if actions:
+        yield action_table(*teacher_forced_actions(model, tokenizer, records))
+    if meters:
         r2, low_mae = meter_readout(model, tokenizer, records)
-        print("meters read linearly off the student's state at ACTION: (held-out weeks; R^2, 1 = exactly;"
-              f" error where the meter is below {LOW_METER})")
-        print("  " + "  ".join(f"{m} {a:.2f} / {b:.3f}" for m, a, b in zip(METER_ABBREV, r2, low_mae, strict=True)))
-    return 0
+        yield ("meters read linearly off the student's state at ACTION: (held-out weeks; R^2, 1 = exactly;"
+               f" error where the meter is below {LOW_METER})")
+        yield "  " + "  ".join(f"{m} {a:.2f} / {b:.3f}" for m, a, b in zip(METER_ABBREV, r2, low_mae, strict=True))
 
 
 def action_table(recorded: np.ndarray, student: np.ndarray) -> str:
@@ -248,7 +242,3 @@ def action_table(recorded: np.ndarray, student: np.ndarray) -> str:
             recall = f"{np.mean(student[chosen] == i):.2f}" if chosen.any() else "-"
             lines.append(f"  {name:12s} {int(chosen.sum()):8d} {int((student == i).sum()):8d} {recall:>6s}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

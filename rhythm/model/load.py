@@ -1,7 +1,8 @@
 """Load a causal LM for the protocol: ``load_model(path, options)`` is the one loader behind ``model:PATH``
 agents and GRPO's policy.
 
-PATH is a local directory, a Hub id, or ``rhythm-tiny`` (the offline tiny student, :mod:`rhythm.model.tiny`).
+PATH is a local directory or a Hub id; names that stand for a folder built on demand (``rhythm-tiny``, the
+offline tiny student) go through the ``resolve`` the caller passes (:func:`rhythm.agents.tiny.resolve_base`).
 A directory (or Hub repo) holding ``adapter_config.json`` is a PEFT LoRA adapter: it is loaded onto its
 base model (``ModelOptions.base_model``, else the adapter's own ``base_model_name_or_path``) and merged
 for inference. The tokenizer comes from the adapter when it ships one, else from the base. bf16 on a
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rhythm.errors import RhythmError
-from rhythm.model.tiny import TINY_MODELS, TINY_NAME, resolve_model, tiny_cache_path, tiny_student_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -132,34 +133,19 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def resolve_base(name: str) -> str:
-    """A base model name as the user or an adapter wrote it -> something ``from_pretrained`` can load.
-
-    ``rhythm-tiny`` is the cached tiny student; so is a missing path whose folder name is the tiny
-    student's (an adapter trained on another machine or in another cache records that machine's path).
-    """
-    if name in TINY_MODELS:
-        return resolve_model(name)
-    local = Path(name).expanduser()
-    if not local.exists() and local.name.startswith(TINY_NAME + "-"):
-        for spec in TINY_MODELS.values():
-            if tiny_cache_path(spec).name == local.name:  # build only the student that matches
-                return str(tiny_student_path(spec))
-    return name
-
-
 def _has_tokenizer(path: str) -> bool:
     local = Path(path).expanduser()
     return local.is_dir() and any((local / f).is_file() for f in TOKENIZER_FILES)
 
 
-def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]:
-    """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base."""
+def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] = str) -> tuple[Any, Any, ModelSource]:
+    """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base.
+    ``resolve`` maps a model name (PATH, an adapter's base) to what ``from_pretrained`` loads."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not path:
         raise RhythmError("model agent needs a path or Hub id, e.g. model:runs/sft/adapter or model:rhythm-tiny")
-    resolved = resolve_base(path)
+    resolved = resolve(path)
     if looks_local(resolved) and not Path(resolved).expanduser().exists():
         raise RhythmError(f"model path not found: {path}")
     device = pick_device(options.device)
@@ -170,7 +156,7 @@ def load_model(path: str, options: ModelOptions) -> tuple[Any, Any, ModelSource]
         named = options.base_model or adapter.get("base_model_name_or_path")
         if not named:
             raise RhythmError(f"{path}: adapter names no base model; pass --set model.base_model=NAME")
-        base = resolve_base(named)
+        base = resolve(named)
     elif options.base_model:
         raise RhythmError(f"{path} is not a LoRA adapter (no {ADAPTER_CONFIG}), so model.base_model does not apply")
     tok_source = resolved if adapter is not None and _has_tokenizer(resolved) else base

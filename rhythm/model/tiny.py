@@ -1,6 +1,10 @@
 """The offline student: a tiny Qwen2-architecture model and a BPE tokenizer trained locally on protocol
 text, built deterministically in code (no download), cached, and loadable with ``from_pretrained``.
 
+This module builds it from a corpus of protocol text that the caller gives; the corpus the shipped
+students use is written by the built-in agents, one layer up (:mod:`rhythm.agents.tiny`, which also
+resolves the names ``rhythm-tiny`` and ``rhythm-tiny-4l``).
+
 The real default student is ``Qwen/Qwen2.5-3B-Instruct``; this one exists so the whole recipe (SFT,
 GRPO, eval) runs offline on a CPU in minutes, in tests and in the quickstart. Anywhere a model name
 is accepted, ``rhythm-tiny`` means this model (built on first use under ``$RHYTHM_CACHE``, default
@@ -33,13 +37,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.baselines import HeuristicAgent, RandomAgent
-from rhythm.agents.teachers import BayesAgent
-from rhythm.env.constants import ACTIONS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION
+from rhythm.env.constants import ACTIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION
 from rhythm.env.render import METER_HEADER, when
-from rhythm.episodes import play
-from rhythm.protocol import FORMAT_REMINDER, SYSTEM_PROMPT
+from rhythm.protocol import SYSTEM_PROMPT
+from rhythm.provenance import package_version
 
 TINY_NAME = "rhythm-tiny"
 PAD_TOKEN = "<|endoftext|>"
@@ -70,7 +71,7 @@ actions; the ``<|im_end|>`` is learned only without ``after``); without them the
 
 @dataclass(frozen=True)
 class TinySpec:
-    """Shape of the tiny student; the cache key is a hash of this and the corpus."""
+    """Shape of the tiny student; the cache key is a hash of this, the corpus and the code (``tiny_cache_path``)."""
 
     vocab_size: int = 512
     """BPE merges for free text (system prompt, reasoning); protocol tokens come on top."""
@@ -90,24 +91,11 @@ class TinySpec:
     """Number tokens start with their value written into their embedding (see ``numeric_embeddings``)."""
     seed: int = 0
     corpus_episodes: int = 8
-    """Bayes and heuristic episodes per condition whose text trains the tokenizer."""
+    """Bayes, heuristic and random episodes per condition whose text trains the tokenizer (rhythm.agents.tiny)."""
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("RHYTHM_CACHE", Path.home() / ".cache" / "rhythm"))
-
-
-def protocol_corpus(spec: TinySpec) -> list[str]:
-    """Deterministic protocol text: the system prompt, observations and replies of built-in agents."""
-    texts = [SYSTEM_PROMPT, FORMAT_REMINDER]
-    for condition in CONDITIONS:
-        specs = [EpisodeSpec(condition, "train", s) for s in range(spec.corpus_episodes)]
-        for make in (BayesAgent, HeuristicAgent, RandomAgent):
-            for rec in play(make(), specs):
-                for step in rec.steps:
-                    texts.append(step.observation)
-                    texts.append(step.response)
-    return texts
 
 
 def protocol_tokens() -> list[str]:
@@ -160,13 +148,14 @@ def train_tokenizer(texts: list[str], vocab_size: int, extra_tokens: list[str] |
     return fast
 
 
-def build_tiny_student(out_dir: str | Path, spec: TinySpec = TinySpec()) -> Path:
-    """Build tokenizer + randomly initialised Qwen2ForCausalLM into ``out_dir`` (deterministic)."""
+def build_tiny_student(out_dir: str | Path, corpus: list[str], spec: TinySpec = TinySpec()) -> Path:
+    """Build a tokenizer trained on ``corpus`` + a randomly initialised Qwen2ForCausalLM into ``out_dir``
+    (deterministic: the same corpus and spec give the same files)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
-    tokenizer = train_tokenizer(protocol_corpus(spec), spec.vocab_size, protocol_tokens() if spec.protocol_tokens else None)
+    tokenizer = train_tokenizer(corpus, spec.vocab_size, protocol_tokens() if spec.protocol_tokens else None)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     config = Qwen2Config(
@@ -234,24 +223,29 @@ def numeric_embeddings(model, tokenizer) -> int:
     return written
 
 
-def tiny_cache_path(spec: TinySpec = TinySpec()) -> Path:
-    """Where the tiny student of ``spec`` is cached (built or not): a hash of its spec, tokens and template."""
-    tokens = hashlib.sha256("\x00".join(protocol_tokens()).encode()).hexdigest()
-    template = hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()
-    payload = {"spec": asdict(spec), "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "tokens": tokens, "template": template, "v": 2}
+def tiny_cache_path(spec: TinySpec, corpus: list[str]) -> Path:
+    """Where the tiny student of ``spec`` and ``corpus`` is cached (built or not): a hash of everything it
+    is built from (spec, corpus text, protocol tokens, chat template, env and protocol versions, code version)."""
+
+    def digest(texts: list[str]) -> str:
+        return hashlib.sha256("\x00".join(texts).encode()).hexdigest()
+
+    payload = {"spec": asdict(spec), "corpus": digest(corpus), "tokens": digest(protocol_tokens()), "template": digest([CHAT_TEMPLATE]),
+               "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "code": package_version(), "v": 3}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
     return cache_dir() / f"{TINY_NAME}-{key}"
 
 
-def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
-    """The cached tiny student, built on first use (atomically, so parallel callers are safe)."""
-    final = tiny_cache_path(spec)
+def cached_tiny_student(spec: TinySpec, corpus: list[str]) -> Path:
+    """The cached tiny student of ``spec`` and ``corpus``, built on first use (atomically, so parallel
+    callers are safe)."""
+    final = tiny_cache_path(spec, corpus)
     if (final / "rhythm_tiny.json").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=final.parent))
     try:
-        build_tiny_student(tmp, spec)
+        build_tiny_student(tmp, corpus, spec)
         try:
             tmp.rename(final)
         except OSError:  # another process won the race; theirs is identical
@@ -265,9 +259,3 @@ def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
 TINY_MODELS = {TINY_NAME: TinySpec(), f"{TINY_NAME}-4l": TinySpec(num_hidden_layers=4)}
 """The tiny students a model name may ask for: ``rhythm-tiny`` (2 layers, the quickstart's) and
 ``rhythm-tiny-4l`` (4 layers, ``configs/sft-small.yaml``)."""
-
-
-def resolve_model(name_or_path: str) -> str:
-    """``rhythm-tiny`` / ``rhythm-tiny-4l`` -> the cached tiny student's path; anything else as given."""
-    spec = TINY_MODELS.get(name_or_path)
-    return str(tiny_student_path(spec)) if spec is not None else name_or_path

@@ -19,11 +19,11 @@ from concurrent.futures import FIRST_COMPLETED, wait
 import orjson
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_hash
 from rhythm.env.constants import CONDITIONS, SPLITS
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
 from rhythm.records import dumps

@@ -39,10 +39,10 @@ from typing import Any
 
 import orjson
 
+from rhythm.agents.episodes import finish_episode, make_step
 from rhythm.config import config_hash
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.env.rhythm_env import RhythmEnv
-from rhythm.episodes import finish_episode, make_step
 from rhythm.model.llm_client import (
     BudgetReached,
     ChatClient,

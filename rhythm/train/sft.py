@@ -38,9 +38,9 @@ from typing import Any
 
 import orjson
 
+from rhythm.agents.tiny import resolve_model
 from rhythm.config import write_config
 from rhythm.errors import RhythmError
-from rhythm.model.tiny import resolve_model
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.common import (
     LOG_NAME,

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env import ACTIONS, CONDITIONS, EPISODE_STEPS, BatchedRhythmEnv, RhythmEnv
-from rhythm.episodes import play
 
 
 @settings(max_examples=25, deadline=None)

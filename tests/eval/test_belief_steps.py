@@ -1,4 +1,4 @@
-"""``rhythm.eval.belief_steps``: the belief's error over the week against the prior's, by hand, with the
+"""``rhythm analyze belief-steps`` (:mod:`rhythm.eval.belief_steps`): the belief's error over the week against the prior's, by hand, with the
 prior itself as the agent, and the command line's bad input."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
-from rhythm.eval.belief_steps import belief_steps, main
+from rhythm.eval.belief_steps import belief_steps
 from rhythm.grader import PRIOR_MEAN
 from rhythm.records import JsonlWriter
 
@@ -63,22 +63,24 @@ def weeks(tmp_path_factory):
     return paths
 
 
-def test_the_prior_as_the_agent_is_one_times_the_prior_and_the_teacher_sharpens(weeks, capsys):
-    assert main([str(weeks["prior"])]) == 0
-    lines = capsys.readouterr().out.splitlines()
+def test_the_prior_as_the_agent_is_one_times_the_prior_and_the_teacher_sharpens(weeks, run_cli):
+    code, out, _ = run_cli("analyze", "belief-steps", str(weeks["prior"]))
+    assert code == 0
+    lines = out.splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["in-dist", "ood"]
     for line in lines[1:]:
         assert "1.00x [1.00, 1.00]" in line and line.split()[-1] == "1.00"
-    assert main([str(weeks["bayes"]), "--steps", "1,28"]) == 0
-    for line in capsys.readouterr().out.splitlines()[1:]:
+    code, out, _ = run_cli("analyze", "belief-steps", str(weeks["bayes"]), "--steps", "1,28")
+    assert code == 0
+    for line in out.splitlines()[1:]:
         assert float(line.split()[-1]) < 1.0  # the teacher's belief sharpens over the week
 
 
-def test_bad_input_is_one_line_and_exit_2(weeks, tmp_path, capsys):
+def test_bad_input_is_one_line_and_exit_2(weeks, tmp_path, run_cli):
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(weeks["bayes"].read_bytes() + b"{oops\n")
     for args in ([str(tmp_path / "missing.jsonl")], [str(broken)], [str(weeks["bayes"]), "--steps", "1,x"],
                  [str(weeks["bayes"]), "--steps", "28,1"]):
-        assert main(args) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("rhythm: error:")
+        code, _, err = run_cli("analyze", "belief-steps", *args)
+        err = err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith("rhythm: error:")

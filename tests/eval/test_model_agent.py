@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from rhythm.agents.base import BatchObservation, EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig
 from rhythm.model.load import ModelOptions

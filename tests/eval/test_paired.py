@@ -1,4 +1,4 @@
-"""``rhythm.eval.paired``: two agents' final scores paired by person, the arithmetic by hand, and the
+"""``rhythm analyze paired`` (:mod:`rhythm.eval.paired`): two agents' final scores paired by person, the arithmetic by hand, and the
 command line's bad input."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
-from rhythm.eval.paired import final_scores, main, paired_differences
+from rhythm.eval.paired import final_scores, paired_differences
 from rhythm.records import JsonlWriter
 
 people = st.dictionaries(
@@ -70,10 +70,11 @@ def two_agents(tmp_path_factory):
     return root, records, paths
 
 
-def test_the_command_pairs_real_episode_files(two_agents, capsys):
+def test_the_command_pairs_real_episode_files(two_agents, run_cli):
     root, records, paths = two_agents
-    assert main([str(paths["heuristic"][0]), ",".join(map(str, paths["bayes"]))]) == 0
-    out = capsys.readouterr().out.splitlines()
+    code, out, _ = run_cli("analyze", "paired", str(paths["heuristic"][0]), ",".join(map(str, paths["bayes"])))
+    assert code == 0
+    out = out.splitlines()
     assert out[0].startswith("condition") and [line.split()[0] for line in out[1:]] == ["in-dist", "ood"]
     for line in out[1:]:
         cond = line.split()[0]
@@ -83,13 +84,13 @@ def test_the_command_pairs_real_episode_files(two_agents, capsys):
         assert line.split()[1] == "4" and float(line.split()[2]) == pytest.approx(mean, abs=5e-4)
 
 
-def test_the_command_gives_one_line_and_exit_2_on_bad_input(two_agents, tmp_path, capsys):
+def test_the_command_gives_one_line_and_exit_2_on_bad_input(two_agents, tmp_path, run_cli):
     _, _, paths = two_agents
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(paths["heuristic"][0].read_bytes() + b"{not json\n")
     for args in ([str(tmp_path / "missing.jsonl"), str(paths["heuristic"][0])],
                  [str(broken), str(paths["heuristic"][0])]):
-        assert main(args) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("rhythm: error:")
+        code, _, err = run_cli("analyze", "paired", *args)
+        err = err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith("rhythm: error:")
     assert "broken.jsonl:9" in err[0]  # the bad line is named

@@ -238,3 +238,20 @@ def test_broken_episode_records_name_their_line(run_cli, bayes_results: Path, tm
     code, _, err = run_cli("plot", "--results", str(results), "--out", str(tmp_path / "out"))
     assert code == 2 and f"{episodes}:1: step 3: belief" in err
     assert not (tmp_path / "out").exists()  # every input is read before anything is drawn
+
+
+def test_belief_bands_use_the_reports_interval() -> None:
+    """Each step's band in belief_accuracy.png is mean_ci's interval, the one belief_steps prints."""
+    from rhythm.eval.belief_steps import belief_steps
+    from rhythm.eval.plots import _curve
+    from rhythm.eval.stats import mean_ci
+
+    rng = np.random.default_rng(3)
+    errors = rng.random((12, 28)) * 0.3
+    errors[[1, 4], 5] = np.nan
+    priors = np.full(12, 0.15)
+    curve = _curve("a", "in-dist", errors, priors)
+    for t in range(28):
+        ci = mean_ci(errors[:, t])
+        assert (curve.mean[t], curve.low[t], curve.high[t]) == (ci["mean"], *ci["ci95"])
+    assert belief_steps(errors, priors, (1, 28)).last_ci == (curve.low[-1], curve.high[-1])

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.profiles import belief_of, sample_profiles
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 
 
@@ -104,25 +104,24 @@ def test_filter_on_the_bayes_teachers_own_weeks_gives_back_its_beliefs():
 
 
 @pytest.mark.slow
-def test_filter_probe_prints_four_rows(tiny_student, tmp_path, capsys):
-    from rhythm.eval.teacher_forced import main
+def test_filter_probe_prints_four_rows(tiny_student, tmp_path, run_cli):
     from rhythm.records import JsonlWriter
 
     path = tmp_path / "weeks.jsonl"
     with JsonlWriter(path) as w:
         for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)]):
             w.write(r.to_dict())
-    assert main([str(tiny_student), str(path), "--filter", "--condition", "in-dist"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert "over 2 weeks" in out[0] and len(out) == 5 and "bayes filter on these weeks" in out[-1]
-    assert main([str(tiny_student), str(path), "--condition", "ood"]) == 2
-    capsys.readouterr()
-    assert main([str(tiny_student), str(path), "--actions"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[3].startswith("teacher-forced actions: the student picks the recorded one at")
-    assert main([str(tiny_student), str(path), "--meters"]) == 0  # two weeks: one fitted, one scored
-    out = capsys.readouterr().out.splitlines()
-    assert out[-2].startswith("meters read linearly") and out[-1].split()[::4] == ["V", "C", "P", "S", "N"]
+    probe = ("analyze", "teacher-forced", str(tiny_student), str(path))
+    code, out, _ = run_cli(*probe, "--filter", "--condition", "in-dist")
+    out = out.splitlines()
+    assert code == 0 and "over 2 weeks" in out[0] and len(out) == 5 and "bayes filter on these weeks" in out[-1]
+    code, out, err = run_cli(*probe, "--condition", "ood")
+    assert code == 2 and out == "" and err.splitlines() == [f"rhythm: error: no weeks in {path} for condition ood"]
+    code, out, _ = run_cli(*probe, "--actions")
+    assert code == 0 and out.splitlines()[3].startswith("teacher-forced actions: the student picks the recorded one at")
+    code, out, _ = run_cli(*probe, "--meters")  # two weeks: one fitted, one scored
+    out = out.splitlines()
+    assert code == 0 and out[-2].startswith("meters read linearly") and out[-1].split()[::4] == ["V", "C", "P", "S", "N"]
 
 
 @given(st.integers(min_value=0, max_value=2**31 - 1))

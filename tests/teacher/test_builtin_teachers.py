@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.profiles import belief_of, sample_profiles
-from rhythm.episodes import play
 from rhythm.protocol import parse_reply
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.protocol import parse_reply
 
 SEEDS = (0, 1, 2)

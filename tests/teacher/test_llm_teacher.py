@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from rhythm.agents.base import Decision
+from rhythm.agents.episodes import play_batch
 from rhythm.config import load_config
 from rhythm.env import RhythmEnv
-from rhythm.episodes import play_batch
 from rhythm.errors import RhythmError
 from rhythm.model.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor, redact_url
 from rhythm.protocol import (

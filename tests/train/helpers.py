@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.records import JsonlWriter
 from tests.fakehub import FakeHub
 from tests.shared import locked, shared_dir

@@ -8,11 +8,11 @@ import orjson
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.env.render import METER_HEADER, when
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.train.grpo.data import (
@@ -152,7 +152,7 @@ def test_subsampling_is_deterministic_and_spreads_over_slots(teacher):
 
 
 def test_rollout_records_become_prompts_the_same_way(teacher):
-    """Records played live (as the student's rollouts are, through rhythm.episodes.play) convert like a file's."""
+    """Records played live (as the student's rollouts are, through rhythm.agents.episodes.play) convert like a file's."""
     path, _, _, _ = teacher
     played = [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("discrete", "train", 4)])]
     rows, report = build_prompts(str(path), PromptOptions(), played)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.episodes import play
 from rhythm.protocol import record_conversation
 from rhythm.train.grpo.probe import PolicyProbe
 

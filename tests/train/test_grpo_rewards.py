@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, EPISODE_STEPS
-from rhythm.episodes import play
 from rhythm.errors import RhythmError
+from rhythm.grader import true_belief
 from rhythm.train.grpo.rewards import (
     ROLLOUT_HORIZON,
     action_value_reward,
@@ -18,7 +19,6 @@ from rhythm.train.grpo.rewards import (
     format_reward,
     get_reward_funcs,
     state_values,
-    true_belief,
 )
 
 
@@ -38,7 +38,7 @@ def test_unparseable_reply_gets_the_format_penalty() -> None:
 
 
 def test_wrong_belief_scores_lower_than_the_true_one() -> None:
-    truth = true_belief("in-dist", "train", 4)
+    truth = tuple(true_belief("in-dist", "train", [4])[0])
     wrong = tuple(1.0 - x for x in truth)
     replies = [f"BELIEF: S={b[0]:.2f} M={b[1]:.2f} W={b[2]:.2f}\nACTION: NAP" for b in (truth, wrong)] + ["ACTION: NAP"]
     scores = belief_reward(None, [_msg(r) for r in replies], **_columns(3, "in-dist", 4, []))

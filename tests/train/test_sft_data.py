@@ -232,8 +232,8 @@ def test_explored_actions_and_noisy_beliefs_stay_out_of_the_loss(tmp_path, tiny_
     from transformers import AutoTokenizer
 
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.teachers import BayesAgent, TeacherConfig
-    from rhythm.episodes import play
     from rhythm.records import JsonlWriter
 
     tok = AutoTokenizer.from_pretrained(tiny_student)

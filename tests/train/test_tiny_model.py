@@ -1,4 +1,5 @@
-"""The tiny student's build: number tokens start with their value in their embedding; named variants."""
+"""The tiny student's build: number tokens start with their value in their embedding; named variants; its
+cache key covers everything it is built from."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rhythm.model.tiny import TINY_MODELS, TINY_NAME, TinySpec, number_value, resolve_model
+import rhythm.agents.teachers as teachers
+import rhythm.model.tiny as tiny
+from rhythm.agents.tiny import _corpus, protocol_corpus, resolve_model
+from rhythm.model.tiny import TINY_MODELS, TINY_NAME, TinySpec, number_value, tiny_cache_path
 
 
 @given(st.integers(0, 100))
@@ -32,8 +36,9 @@ def test_numeric_init_orders_number_tokens_and_leaves_the_rest(tmp_path, rhythm_
     from rhythm.model.tiny import build_tiny_student
 
     plain, numeric = tmp_path / "plain", tmp_path / "numeric"
-    build_tiny_student(plain, TinySpec(numeric_init=False))
-    build_tiny_student(numeric, TinySpec(numeric_init=True))
+    corpus = protocol_corpus(TinySpec())
+    build_tiny_student(plain, corpus, TinySpec(numeric_init=False))
+    build_tiny_student(numeric, corpus, TinySpec(numeric_init=True))
     tok = AutoTokenizer.from_pretrained(numeric)
     emb = {name: AutoModelForCausalLM.from_pretrained(p).get_input_embeddings().weight.detach() for name, p in
            (("plain", plain), ("numeric", numeric))}
@@ -53,3 +58,36 @@ def test_numeric_init_orders_number_tokens_and_leaves_the_rest(tmp_path, rhythm_
 def test_named_tiny_students():
     assert TINY_MODELS[TINY_NAME].num_hidden_layers == 2 and TINY_MODELS[f"{TINY_NAME}-4l"].num_hidden_layers == 4
     assert resolve_model("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
+
+
+@pytest.fixture
+def fresh_corpus():
+    """The corpus is memoised per process; a test that changes what the agents write starts and ends clean."""
+    _corpus.cache_clear()
+    yield
+    _corpus.cache_clear()
+
+
+def _key() -> str:
+    return tiny_cache_path(TinySpec(), protocol_corpus(TinySpec())).name
+
+
+def test_a_changed_teacher_sentence_builds_a_fresh_tiny_student(monkeypatch, fresh_corpus, rhythm_cache):
+    before = _key()
+    plan = teachers._plan_sentence
+    monkeypatch.setattr(teachers, "_plan_sentence", lambda *args: plan(*args).replace("Plan:", "Planned:"))
+    _corpus.cache_clear()
+    assert any("Planned:" in text for text in protocol_corpus(TinySpec()))
+    assert _key() != before
+
+
+@pytest.mark.parametrize("name, value", [("ENV_VERSION", "rhythm-v999"), ("PROTOCOL_VERSION", 999), ("package_version", lambda: "9.9.9")])
+def test_env_protocol_and_code_versions_are_in_the_tiny_cache_key(monkeypatch, rhythm_cache, name, value):
+    before = _key()
+    monkeypatch.setattr(tiny, name, value)
+    assert _key() != before
+
+
+def test_the_tiny_cache_key_is_stable_and_follows_the_spec(rhythm_cache):
+    assert _key() == _key()
+    assert tiny_cache_path(TinySpec(seed=1), protocol_corpus(TinySpec())).name != _key()

@@ -4,7 +4,7 @@ A prompt is one state of a recorded week (step mode's rows: usually the student'
 ``rollout_seeds``). For each state the policy samples ``num_generations`` replies; each distinct
 reply action is then played in the env from that exact state and **the policy plays the rest of the
 week greedily, as eval plays it**. The reply's reward is that week's final score (v3, graded by
-:func:`rhythm.grader.score_episode` through :func:`rhythm.episodes.play_batch`). A group's weeks
+:func:`rhythm.grader.score_episode` through :func:`rhythm.agents.episodes.play_batch`). A group's weeks
 share the person and the env's noise (the simulator is deterministic given the actions), so the only
 difference between two replies' scores is what the reply did: common random numbers for free. This is
 VinePPO's Monte Carlo value of an action from an intermediate state, with the student's own greedy
@@ -29,9 +29,9 @@ from typing import Any
 import orjson
 
 from rhythm.agents.base import Decision
+from rhythm.agents.episodes import play_batch
 from rhythm.agents.model import decision_of
 from rhythm.env.constants import EPISODE_STEPS
-from rhythm.episodes import play_batch
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
 

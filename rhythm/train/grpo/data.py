@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play, replay
 from rhythm.agents.model import ModelAgent
 from rhythm.env.constants import ACTION_INDEX, CONDITIONS, EPISODE_STEPS, SPLITS
-from rhythm.episodes import play, replay
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
@@ -118,7 +118,7 @@ def episode_actions(record: dict[str, Any], where: str) -> list[str]:
 
 
 def replay_meters(condition: str, split: str, seed: int, actions: Sequence[str]) -> np.ndarray:
-    """Meters after each action ``(len(actions), 5)``, replayed in the env (:func:`rhythm.episodes.replay`)."""
+    """Meters after each action ``(len(actions), 5)``, replayed in the env (:func:`rhythm.agents.episodes.replay`)."""
     return replay(condition, split, [seed], np.array([[ACTION_INDEX[name] for name in actions]], dtype=np.int64)).meters[0]
 
 

@@ -37,14 +37,14 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rhythm.agents.episodes import replay
 from rhythm.agents.planner import action_values
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.env.dynamics import make_params
-from rhythm.env.profiles import belief_of, keys_for, sample_profiles
+from rhythm.env.profiles import keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np
-from rhythm.episodes import replay
 from rhythm.errors import RhythmError
-from rhythm.grader import belief_mae, belief_score
+from rhythm.grader import belief_mae, belief_score, true_belief
 from rhythm.protocol import parse_reply
 
 ROLLOUT_SAMPLES = 16
@@ -82,9 +82,9 @@ def state_values(condition: str, split: str, seed: int, t: int, prefix: tuple[st
 
 
 @lru_cache(maxsize=65536)
-def true_belief(condition: str, split: str, seed: int) -> tuple[float, float, float]:
-    b = belief_of(sample_profiles(condition, split, np.array([seed])))[0]
-    return (float(b[0]), float(b[1]), float(b[2]))
+def _truth(condition: str, split: str, seed: int) -> tuple[float, ...]:
+    """The grader's true belief of one person, cached: a reward batch asks for the same people again and again."""
+    return tuple(float(x) for x in true_belief(condition, split, [seed])[0])
 
 
 def _column(kwargs: dict[str, Any], name: str, n: int) -> Sequence[Any]:
@@ -115,7 +115,7 @@ def belief_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> 
         if parsed.belief is None:
             out.append(0.0)
             continue
-        truth = np.array(true_belief(cond[i], split[i], int(seed[i])))
+        truth = np.array(_truth(cond[i], split[i], int(seed[i])))
         out.append(float(belief_score(float(belief_mae(np.array(parsed.belief), truth)), cond[i], "v3")))
     return out
 

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rhythm.agents.episodes import play_batch
 from rhythm.agents.model import decision_of
-from rhythm.episodes import play_batch
 from rhythm.model.lockstep import LockstepChat
 from rhythm.records import JsonlWriter
 from rhythm.train.grpo.data import parse_placeholder

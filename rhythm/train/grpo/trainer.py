@@ -16,7 +16,7 @@ name (``reward_funcs``) and weighted (``reward_weights``), score every reply of 
 exact state (the columns condition/split/seed/t/prefix replay it).
 
 ``episode``: the student plays whole weeks and each reply is rewarded with the final score of its
-week (``rhythm.grader.score_episode``, via :func:`rhythm.episodes.play_batch`, exactly as eval plays
+week (``rhythm.grader.score_episode``, via :func:`rhythm.agents.episodes.play_batch`, exactly as eval plays
 and grades). It runs through TRL's ``rollout_func``: for each person in the batch the student plays
 ``num_generations`` weeks in lockstep, one sampled reply per turn to the same single-turn prompt eval
 uses ([system, observation with its short history]); every played turn becomes one GRPO sample whose
@@ -47,9 +47,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rhythm.agents.tiny import resolve_base
 from rhythm.config import write_config
 from rhythm.errors import RhythmError
-from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter, resolve_base
+from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
