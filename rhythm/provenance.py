@@ -8,7 +8,7 @@ import platform
 import sys
 from importlib import metadata
 
-from rhythm.env.constants import ENV_VERSION
+from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
 _PACKAGES = (
     "rhythm",
@@ -34,6 +34,15 @@ def versions(packages: tuple[str, ...] = _PACKAGES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def version_line() -> str:
+    """What ``rhythm --version`` prints: the package version, the env version and the text protocol's."""
+    try:
+        package = metadata.version("rhythm")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        package = "unknown"
+    return f"rhythm {package} (env {ENV_VERSION}, text protocol v{PROTOCOL_VERSION})"
 
 
 def now_iso() -> str:
