@@ -26,6 +26,7 @@ from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, 
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.episodes import ProgressFn, play
 from rhythm.errors import RhythmError
+from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step
@@ -205,6 +206,7 @@ def evaluate(
     chash = config_hash(cfg)
     results: dict[str, Any] = {
         "agent": cfg.agent,
+        "display_name": display_name(cfg.agent),
         "grader": cfg.grader,
         "env_version": ENV_VERSION,
         "protocol": PROTOCOL_VERSION,
