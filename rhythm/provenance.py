@@ -8,7 +8,7 @@ import platform
 import sys
 from importlib import metadata
 
-from rhythm.env.constants import ENV_VERSION
+from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
 _PACKAGES = (
     "rhythm",
@@ -42,6 +42,11 @@ def package_version() -> str:
         return metadata.version("rhythm")
     except metadata.PackageNotFoundError:  # run from a source tree without an install
         return "unknown"
+
+
+def version_line() -> str:
+    """What ``rhythm --version`` prints: the package version, the env version and the text protocol's."""
+    return f"rhythm {package_version()} (env {ENV_VERSION}, text protocol v{PROTOCOL_VERSION})"
 
 
 def now_iso() -> str:

@@ -11,6 +11,13 @@ By default it answers every request with a valid protocol reply whose action is 
 the observation (:func:`policy_action`), after ``latency`` seconds, with ``usage`` tokens. A
 ``handler(seen)`` can script anything else by returning a :class:`Reply` or :class:`Fail` (or None for
 the default).
+
+With ``prompt_cache=True`` the default reply counts the prompt's tokens (:func:`prompt_tokens`) and
+reports, as OpenAI does in ``usage.prompt_tokens_details.cached_tokens``, the longest prefix it shares
+with any prompt the server saw before, under OpenAI's rule (:func:`cached_tokens`): nothing below 1,024
+tokens, then whole 128-token blocks. The simplification: a token is a whitespace-separated word of a
+message, plus a start marker, the role and an end marker per message (ChatML's framing); the real
+tokenizers cut text finer, so real prompts have more tokens than these.
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ from urllib.parse import parse_qs, urlsplit
 REMINDER_START = "Your reply did not end with a valid action"
 """How the protocol's format reminder (a re-ask) begins."""
 
+CACHE_MIN_TOKENS = 1024
+"""OpenAI caches nothing of a prompt shorter than this."""
+CACHE_BLOCK = 128
+"""...and beyond it, cache hits come in whole blocks of this many tokens (1,024, 1,152, 1,280, ...)."""
+
 ACTIONS = ("DEEP_WORK", "ADMIN", "LEARN", "EXERCISE", "SOCIALIZE", "FAMILY_TIME", "MEDITATE", "LEISURE", "NAP", "SLEEP")
 
 
@@ -40,6 +52,29 @@ def policy_action(observation: str) -> int:
 def protocol_reply(observation: str) -> str:
     a = policy_action(observation)
     return f"The anomalies are small.\nBELIEF: S=0.{a}0 M=0.50 W=0.55\nACTION: {ACTIONS[a]}"
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> list[str]:
+    """The fake's tokens of a prompt: per message a start marker, the role, the words, an end marker."""
+    tokens: list[str] = []
+    for m in messages:
+        tokens += ["<|im_start|>", str(m.get("role")), *str(m.get("content") or "").split(), "<|im_end|>"]
+    return tokens
+
+
+def cached_tokens(shared_prefix: int) -> int:
+    """How many of a prompt's tokens OpenAI serves from its cache when it shares ``shared_prefix`` tokens
+    with an earlier prompt: none below 1,024, else the whole 128-token blocks of the prefix."""
+    return 0 if shared_prefix < CACHE_MIN_TOKENS else shared_prefix // CACHE_BLOCK * CACHE_BLOCK
+
+
+def _shared_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 @dataclass
@@ -54,6 +89,8 @@ class Seen:
     started: float
     ended: float | None = None
     status: int | None = None
+    usage: dict[str, Any] | None = None
+    """The usage the server answered with (None: an error, or no usage)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -83,11 +120,13 @@ class Seen:
 
 @dataclass
 class Reply:
-    """Answer 200 with this text (``text=None``: a null content; ``usage=None``: no usage field)."""
+    """Answer 200 with this text (``text=None``: a null content; ``usage=None``: no usage field;
+    ``cached`` set: ``usage.prompt_tokens_details.cached_tokens``)."""
 
     text: str | None
     usage: tuple[int, int] | None = (100, 20)
     delay: float = 0.0
+    cached: int | None = None
 
 
 @dataclass
@@ -131,6 +170,7 @@ class FakeOpenAI:
         latency: float = 0.0,
         usage: tuple[int, int] = (100, 20),
         handler: Handler | None = None,
+        prompt_cache: bool = False,
     ) -> None:
         self.api_key = api_key
         self.tokens = tokens
@@ -139,6 +179,8 @@ class FakeOpenAI:
         self.latency = latency
         self.usage = usage
         self.handler = handler
+        self.prompt_cache = prompt_cache
+        self.prompts: list[list[str]] = []  # every prompt answered so far, as tokens (prompt_cache=True)
         self.seen: list[Seen] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -217,7 +259,14 @@ class FakeOpenAI:
         scripted = self.handler(seen) if self.handler is not None else None
         if scripted is not None:
             return scripted
-        return Reply(protocol_reply(seen.observation), usage=self.usage, delay=self.latency)
+        text = protocol_reply(seen.observation)
+        if not self.prompt_cache:
+            return Reply(text, usage=self.usage, delay=self.latency)
+        tokens = prompt_tokens(seen.messages)
+        with self._lock:
+            shared = max((_shared_prefix(tokens, p) for p in self.prompts), default=0)
+            self.prompts.append(tokens)
+        return Reply(text, usage=(len(tokens), self.usage[1]), delay=self.latency, cached=cached_tokens(shared))
 
     def _body(self, seen: Seen, reply: Reply) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -230,6 +279,9 @@ class FakeOpenAI:
         if reply.usage is not None:
             p, c = reply.usage
             body["usage"] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+            if reply.cached is not None:
+                body["usage"]["prompt_tokens_details"] = {"cached_tokens": reply.cached}
+            seen.usage = body["usage"]
         return body
 
 

@@ -110,3 +110,25 @@ def test_analyze_tables_prints_the_docs_tables(run_cli, tmp_path: Path) -> None:
     code, out, err = run_cli("analyze", "tables", str(out_path))
     assert code == 0 and err == ""
     assert out.startswith("|") and "heuristic" in out and "discrete" in out
+
+
+def test_version_prints_the_package_and_env_versions(run_cli) -> None:
+    from importlib import metadata
+
+    from rhythm.env import ENV_VERSION
+
+    code, out, err = run_cli("--version")
+    assert code == 0 and err == ""
+    assert out.strip() == f"rhythm {metadata.version('rhythm')} (env {ENV_VERSION}, text protocol v2)"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--no-such-flag"], "rhythm: error: No such option: --no-such-flag (see --help)"),
+        (["eval", "--no-such-flag"], "rhythm: error: eval: No such option: --no-such-flag (see --help)"),
+    ],
+)
+def test_a_usage_error_names_the_program_once(run_cli, args, line) -> None:
+    code, out, err = run_cli(*args)
+    assert code == 2 and out == "" and err.splitlines() == [line]

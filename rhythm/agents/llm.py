@@ -60,6 +60,7 @@ class LLMAgent:
         for r in replies:
             usage: dict[str, float] = {
                 "prompt_tokens": r.prompt_tokens,
+                "cached_tokens": r.cached_tokens,
                 "completion_tokens": r.completion_tokens,
                 "requests": r.requests,
                 "reasks": int(r.reasked),

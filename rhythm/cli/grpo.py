@@ -10,7 +10,7 @@ from rhythm.cli import options as opt
 
 
 def grpo_command(
-    adapter: Annotated[Optional[str], typer.Option("--adapter", help="SFT LoRA adapter to refine (rhythm sft's output dir, or a Hub repo id).")] = None,
+    adapter: Annotated[Optional[str], typer.Option("--adapter", help="What rhythm sft wrote (its output dir, or a Hub repo id): a LoRA adapter, or full weights, which are refined as --model DIR.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="Teacher episodes JSONL whose states become prompts (comma-separated; - for stdin).")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="step: one recorded state per prompt; episode: play whole weeks, reward = final score.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="A full model to refine (e.g. the tiny student's SFT output dir, with --set adapter=null), or an adapter's base (default: the adapter's own).")] = None,
@@ -26,6 +26,7 @@ def grpo_command(
     config: opt.ConfigOpt = None,
     set_: opt.SetOpt = None,
     quiet: opt.QuietOpt = False,
+    _help_config: opt.help_config_opt("rhythm grpo", "rhythm.train.grpo:GRPORunConfig") = False,
 ) -> None:
     """GRPO from the SFT adapter with rewards from the env (format, belief, action value; or whole-week scores).
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -26,6 +27,7 @@ from rhythm.cli.reeval import reeval_command
 from rhythm.cli.sft import sft_command
 from rhythm.cli.upload import upload_command
 from rhythm.errors import RhythmError
+from rhythm.provenance import version_line
 
 app = typer.Typer(
     name="rhythm",
@@ -39,8 +41,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_line())
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the package and env versions."),
+    ] = False,
+) -> None:
     """Teach small language models to infer a hidden person and act on it."""
 
 
@@ -79,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as exc:
         if debug:
             raise
-        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        # "rhythm: error:" already names the program; name the subcommand only ("sft: ...")
+        path = exc.ctx.command_path.split()[1:] if exc.ctx is not None else []
+        where = f"{' '.join(path)}: " if path else ""
         _fail(f"{where}{exc.format_message()} (see --help)")
     except RhythmError as exc:
         if debug:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -21,6 +21,24 @@ ConditionOpt = Annotated[
 ]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Skip episodes already in the output; repair a torn last line.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+def help_config_opt(command: str, target: str) -> Any:
+    """``--help-config`` for a command whose config is ``target`` (``module:Class``): print every field with
+    its type, default and help (:mod:`rhythm.cli.config_help`), then exit."""
+
+    def show(value: bool) -> None:
+        if value:
+            import importlib
+
+            from rhythm.cli.config_help import describe_config
+
+            module, _, name = target.partition(":")
+            print(describe_config(getattr(importlib.import_module(module), name), command))
+            raise typer.Exit()
+
+    return Annotated[bool, typer.Option("--help-config", callback=show, is_eager=True, expose_value=False,
+                                        help="List every config field (YAML key / --set key) with its type, default and help, and exit.")]
 
 
 def overrides(options: dict[str, object], sets: list[str] | None) -> dict[str, object]:

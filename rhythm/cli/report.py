@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from rhythm.cli.ui import err_console
+from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, MeanCI
 
 
@@ -25,7 +26,7 @@ def _mean_ci(stat: MeanCI) -> str:
 
 
 def print_eval_table(results: EvalResults) -> None:
-    table = Table(title=f"rhythm eval: {results.agent} ({results.env_version}, grader {results.grader})")
+    table = Table(title=f"rhythm eval: {results.name}; {results.env_version}, grader {results.grader}")
     for col in ("condition", "n", "final v3 [95% CI]", "v2 [95% CI]", "behaviour", "MAE", "prior MAE", "win/rand", "win/heur", "norm", "parse fail"):
         table.add_column(col, justify="right" if col != "condition" else "left")
     for cond, r in results.conditions.items():
@@ -50,7 +51,7 @@ def print_eval_table(results: EvalResults) -> None:
         ref_table.add_column("condition")
         names = sorted({n for r in refs.values() for n in r})
         for n in names:
-            ref_table.add_column(n, justify="right")
+            ref_table.add_column(display_name(n), justify="right")
         for cond, r in refs.items():
             ref_table.add_row(cond, *[
                 f"{r[n].final_score:.3f} / {r[n].final_score_v2:.3f} / {r[n].behaviour_score:.3f}" if n in r else "-"

@@ -24,6 +24,7 @@ def sft_command(
     config: opt.ConfigOpt = None,
     set_: opt.SetOpt = None,
     quiet: opt.QuietOpt = False,
+    _help_config: opt.help_config_opt("rhythm sft", "rhythm.train.sft:SFTRunConfig") = False,
 ) -> None:
     """Supervised fine-tuning on teacher episodes (assistant-only loss, validation by episode).
 

@@ -51,12 +51,19 @@ def encode_batch(state: BatchState) -> np.ndarray:
 
 
 class BatchedRhythmEnv(VectorEnv):
-    """``len(seeds)`` episodes of one condition and split, stepped together."""
+    """``num_envs`` episodes of one condition and split, stepped together.
+
+    ``gymnasium.make_vec("rhythm/RhythmEnv-v1", num_envs=N, condition=..., split=..., seed=...)`` builds
+    one. There is no autoreset: all episodes end together after 28 steps; call ``reset`` again.
+    """
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED, "env_version": ENV_VERSION}
 
-    def __init__(self, condition: str = "in-dist", split: str = "train", num_envs: int = 1):
+    def __init__(self, condition: str = "in-dist", split: str = "train", num_envs: int = 1, seed: int = 0):
         sample_profiles(condition, split, np.zeros(1, dtype=np.int64))  # validates both names
+        if int(seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self._next_seed = int(seed)  # the first seed a reset() without seeds plays
         self.condition = condition
         self.split = split
         self.num_envs = num_envs
@@ -70,9 +77,10 @@ class BatchedRhythmEnv(VectorEnv):
         self, *, seed: int | list[int] | np.ndarray | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start ``num_envs`` episodes: ``seed`` is a list of episode seeds, or an int ``s`` for
-        seeds ``s, s+1, ...``."""
+        seeds ``s, s+1, ...``; without one (nor ``options={"seeds": ...}``), the ``num_envs`` seeds after
+        the last one played (the constructor's ``seed`` first), so repeated resets meet new people."""
         if seed is None:
-            seed = (options or {}).get("seeds", 0)
+            seed = (options or {}).get("seeds", self._next_seed)
         seeds = np.asarray(seed, dtype=np.int64)
         if seeds.ndim == 0:
             seeds = int(seeds) + np.arange(self.num_envs, dtype=np.int64)
@@ -81,6 +89,7 @@ class BatchedRhythmEnv(VectorEnv):
         if (seeds < 0).any():
             raise ValueError("seeds must be >= 0")
         self.seeds = seeds
+        self._next_seed = int(seeds[-1]) + 1
         self.keys = keys_for(self.condition, self.split, seeds)
         self.profiles = sample_profiles(self.condition, self.split, seeds)
         self.params: Params = make_params(self.profiles)

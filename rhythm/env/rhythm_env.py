@@ -109,8 +109,13 @@ The profile is drawn from (condition, split, seed); train seed 0 and eval seed 0
 
 ## Arguments
 
-``RhythmEnv(condition="in-dist", split="train", render_mode=None)``; ``reset(seed=s)`` plays seed ``s``
-of that condition and split (``options={"seed": s}`` too). ``render_mode="ansi"`` returns the text.
+``RhythmEnv(condition="in-dist", split="train", seed=None, render_mode=None)``; ``reset(seed=s)`` plays
+seed ``s`` of that condition and split (``options={"seed": s}`` too). A ``reset()`` without a seed plays
+a seed drawn from the env's generator, or, when the env was built with ``seed=s``, the seed after the last
+one played (``s`` first), so an RL library that resets without seeds walks the split's people in order.
+``render_mode="ansi"`` returns the text. Registered as ``rhythm/RhythmEnv-v1``
+(``gymnasium.make("rhythm/RhythmEnv-v1", condition="ood", split="eval", seed=0)`` after ``import rhythm``;
+``gymnasium.make_vec`` gives :class:`rhythm.env.batched.BatchedRhythmEnv`).
 
 ## Version History
 
@@ -168,9 +173,12 @@ def encode_observation(
 class RhythmEnv(gym.Env[np.ndarray, np.int64]):
     """One week of one hidden person (see the module docstring for the full specification)."""
 
-    metadata = {"render_modes": ["ansi"], "env_version": ENV_VERSION}
+    # render_fps: a viewer that animates the ansi text shows a day a second (Gymnasium's checker asks for it)
+    metadata = {"render_modes": ["ansi"], "render_fps": N_SLOTS, "env_version": ENV_VERSION}
 
-    def __init__(self, condition: str = "in-dist", split: str = "train", render_mode: str | None = None):
+    def __init__(
+        self, condition: str = "in-dist", split: str = "train", seed: int | None = None, render_mode: str | None = None
+    ):
         sample_profiles(condition, split, np.zeros(1, dtype=np.int64))  # validates both names
         if render_mode not in (None, "ansi"):
             raise ValueError(f"unsupported render_mode {render_mode!r}; use 'ansi' or None")
@@ -179,6 +187,9 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.observation_space = OBSERVATION_SPACE
+        if seed is not None and int(seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self._next_seed = None if seed is None else int(seed)  # what a reset() without a seed plays
         self.seed_value: int | None = None
         self.profile: np.ndarray | None = None
         self._t = EPISODE_STEPS
@@ -196,10 +207,12 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
         super().reset(seed=seed)
         episode_seed = (options or {}).get("seed", seed)
         if episode_seed is None:
-            episode_seed = int(self.np_random.integers(0, 2**31 - 1))
+            episode_seed = self._next_seed if self._next_seed is not None else int(self.np_random.integers(0, 2**31 - 1))
         episode_seed = int(episode_seed)
         if episode_seed < 0:
             raise ValueError(f"seed must be >= 0, got {episode_seed}")
+        if self._next_seed is not None:
+            self._next_seed = episode_seed + 1
         seeds = np.array([episode_seed], dtype=np.int64)
         self.seed_value = episode_seed
         self.profile = sample_profiles(self.condition, self.split, seeds)[0]

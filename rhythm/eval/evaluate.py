@@ -25,6 +25,7 @@ from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_dict, config_hash
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.errors import RhythmError
+from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step, true_belief
@@ -204,6 +205,7 @@ def evaluate(
     chash = config_hash(cfg)
     results: dict[str, Any] = {
         "agent": cfg.agent,
+        "display_name": display_name(cfg.agent),
         "grader": cfg.grader,
         "env_version": ENV_VERSION,
         "protocol": PROTOCOL_VERSION,

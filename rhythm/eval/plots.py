@@ -29,6 +29,7 @@ import numpy as np
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
+from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
 from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
@@ -48,15 +49,13 @@ PUBLISHED_STUDENT_BELIEF_MAE: dict[str, float] = {"in-dist": 0.216, "ood": 0.263
 LOG_FILE = "training_log.jsonl"
 
 _FIXED_COLORS = {
-    "random": "#9e9e9e",
-    "heuristic": "#c49a6c",
-    "planner": "#8c6bb1",
-    "bayes": "#2b8cbe",
-    "oracle": "#31a354",
+    display_name(agent): color
+    for agent, color in {"random": "#9e9e9e", "heuristic": "#c49a6c", "planner": "#8c6bb1", "bayes": "#2b8cbe", "oracle": "#31a354"}.items()
 }
+"""Colours of the built-in agents, by display name."""
 _CYCLE = ("#d62728", "#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#1f77b4", "#7f7f7f")
 """Colours of other agents (students): none is a fixed or a published colour."""
-_RANK = {"random": 0, "heuristic": 1, "planner": 2, "bayes": 3, "oracle": 9}
+_RANK = {display_name(agent): rank for agent, rank in {"random": 0, "heuristic": 1, "planner": 2, "bayes": 3, "oracle": 9}.items()}
 """Left-to-right order of our bars, as in the published table: baselines, teachers, students, oracle last."""
 _PUBLISHED_COLORS = {
     "random": "#9e9e9e",
@@ -97,20 +96,9 @@ def load_results(path: str | Path) -> EvalResults:
     return EvalResults.load(path)
 
 
-TEACHER_LABELS = {"bayes": "bayes (teacher)", "oracle": "oracle (knows the person)"}
-
-
-def agent_label(agent: str) -> str:
-    """A short name for a legend: ``model:/long/path/runs/sft/adapter`` -> ``model:sft/adapter``."""
-    kind, sep, arg = agent.partition(":")
-    if not sep:
-        return TEACHER_LABELS.get(agent, agent)
-    parts = [p for p in arg.replace("\\", "/").split("/") if p]
-    return f"{kind}:{'/'.join(parts[-2:])}" if parts else agent
-
-
 def _labels(results: list[tuple[Path, EvalResults]]) -> list[str]:
-    labels = [agent_label(r.agent) for _, r in results]
+    """Each file's display name (:func:`rhythm.eval.names.display_name`); two alike get their folder's name."""
+    labels = [r.name for _, r in results]
     for i, (path, _) in enumerate(results):
         if labels.count(labels[i]) > 1:
             labels[i] = f"{labels[i]} ({path.parent.name or path.stem})"
@@ -160,7 +148,7 @@ def score_bars(results: list[tuple[Path, EvalResults]]) -> list[ScoreBar]:
                 taken.add((name, cond))
                 for grader, value in (("v2", ref.final_score_v2), ("v3", ref.final_score)):
                     if value is not None:
-                        bars.append(ScoreBar(name, cond, grader, float(value), None, "reference"))
+                        bars.append(ScoreBar(display_name(name), cond, grader, float(value), None, "reference"))
     for name, values in PUBLISHED_V2.items():
         for cond, value in values.items():
             bars.append(ScoreBar(name, cond, "v2", value, None, "published"))
@@ -175,8 +163,8 @@ def _color(name: str, kind: str, order: dict[str, int]) -> str:
     return _CYCLE[order.setdefault(name, len(order)) % len(_CYCLE)]
 
 
-def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150) -> Path:
-    """Grouped bars: conditions on x, one bar per agent; v2 with the published run on top, v3 below."""
+def final_scores_figure(bars: list[ScoreBar]) -> Any:
+    """The final-score figure: conditions on x, one bar per agent; v2 with the published run on top, v3 below."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -240,14 +228,19 @@ def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150) -> Path:
         ax.set_axisbelow(True)
         for ci in range(len(conditions) - 1):
             ax.axvline(ci + 0.5, color="#cccccc", linewidth=0.8)
-    fig.legend(handles=list(handles.values()), loc="outside right upper", fontsize=9, frameon=False)
+    # beside the panels, centred: clear of the data, the panel titles and the figure title above
+    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=9, frameon=False)
     fig.suptitle("Final score by condition (eval split; mean and bootstrap 95% CI)", fontsize=13)
     fig.supxlabel(  # a caption, laid out below the panels
         "Reference agents: means only (results files keep no CI for them).   Published: SPEC's reference run "
         "(grader v2, the original environment; n/a = not published).",
         fontsize=8.5, color="#444444",
     )
-    return _save(fig, path, dpi)
+    return fig
+
+
+def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150) -> Path:
+    return _save(final_scores_figure(bars), path, dpi)
 
 
 # -- belief accuracy -----------------------------------------------------------------------------
@@ -313,14 +306,14 @@ def belief_curves(results: list[tuple[Path, EvalResults]]) -> tuple[list[BeliefC
     return curves, notes
 
 
-def plot_belief_accuracy(curves: list[BeliefCurve], path: Path, dpi: int = 150) -> Path:
+def belief_accuracy_figure(curves: list[BeliefCurve]) -> Any:
     """One panel per condition: MAE of the stated belief against step, per agent, and the prior's MAE."""
     from matplotlib.figure import Figure
 
     conditions = [c for c in CONDITIONS if any(cv.condition == c for cv in curves)]
     if not conditions:
         raise RhythmError("no per-episode records to draw belief accuracy from")
-    fig = Figure(figsize=(5.2 * len(conditions) + 1.5, 4.8), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(conditions) + 1.5, 5.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(conditions), sharey=True))
     order: dict[str, int] = {}
     steps = np.arange(1, EPISODE_STEPS + 1)
@@ -335,32 +328,44 @@ def plot_belief_accuracy(curves: list[BeliefCurve], path: Path, dpi: int = 150) 
             color = _color(cv.agent, "agent", order)
             rate = cv.stated.sum() / (cv.episodes * EPISODE_STEPS)
             ax.plot(steps, cv.mean, color=color, linewidth=2, marker="o", markersize=3,
-                    label=f"{cv.agent} (n={cv.episodes}; belief stated {rate:.0%} of steps)")
+                    label=f"{cv.agent} (belief stated {rate:.0%} of steps)")
             ax.fill_between(steps, cv.low, cv.high, color=color, alpha=0.18, linewidth=0)
             ymax = max(ymax, float(np.nanmax(cv.high)))
         priors = [cv.prior for cv in group]
         prior = float(np.mean(priors))
-        ax.axhline(prior, color="black", linestyle="--", linewidth=1.4, label=f"constant prior guess ({prior:.3f}, same episodes)")
+        ax.axhline(prior, color="black", linestyle="--", linewidth=1.4, label="constant prior guess (same episodes)")
         ymax = max(ymax, prior)
         if cond in PUBLISHED_STUDENT_BELIEF_MAE:
             v = PUBLISHED_STUDENT_BELIEF_MAE[cond]
             ax.plot([EPISODE_STEPS], [v], marker="*", markersize=13, color="#e6550d", markeredgecolor="black",
-                    linestyle="none", label=f"published 3B student, last step ({v:.3f})")
+                    linestyle="none", label="published 3B student, last step")
+            ax.annotate(f"{v:.3f}", (EPISODE_STEPS, v), xytext=(-9, 0), textcoords="offset points", ha="right",
+                        va="center", fontsize=8)
             ymax = max(ymax, v)
         for agent in silent:  # a legend line without a curve: present, but nothing to draw
             ax.plot([], [], " ", label=f"{agent}: no belief stated")
         for day in range(1, EPISODE_STEPS // N_SLOTS):
             ax.axvline(day * N_SLOTS + 0.5, color="#e0e0e0", linewidth=0.8, zorder=0)
-        ax.set_title(cond, fontsize=12)
+        episodes = max((cv.episodes for cv in group), default=0)
+        ax.set_title(f"{cond}  (n={episodes}; constant prior MAE {prior:.3f})", fontsize=11)
         ax.set_xlabel("step (belief stated with that step's action; grey lines: day boundaries)", fontsize=9)
         ax.set_xlim(0.5, EPISODE_STEPS + 0.5)
         ax.set_xticks([1, 4, 8, 12, 16, 20, 24, 28])
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7.5, loc="upper right")
     axes[0].set_ylabel("belief MAE vs true (S, M, W)  (lower is better)")
+    legend: dict[str, Any] = {}  # one legend for every panel, below them: clear of the curves and the titles
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=min(3, len(legend)), fontsize=9,
+               frameon=False)
     axes[0].set_ylim(0, max(0.05, ymax * 1.35))
     fig.suptitle("Belief accuracy across the week (mean over episodes, 95% band)", fontsize=13)
-    return _save(fig, path, dpi)
+    return fig
+
+
+def plot_belief_accuracy(curves: list[BeliefCurve], path: Path, dpi: int = 150) -> Path:
+    return _save(belief_accuracy_figure(curves), path, dpi)
 
 
 # -- training curves -----------------------------------------------------------------------------
@@ -429,7 +434,7 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
     return s
 
 
-def plot_training(series: list[TrainingSeries], path: Path, dpi: int = 150) -> Path:
+def training_figure(series: list[TrainingSeries]) -> Any:
     """SFT loss (train solid, validation dashed) and GRPO reward (mean with ±1 std band)."""
     from matplotlib.figure import Figure
 
@@ -465,9 +470,13 @@ def plot_training(series: list[TrainingSeries], path: Path, dpi: int = 150) -> P
             ax.set_ylabel("reward per completion")
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the panel, off the curves
     fig.suptitle("Training curves", fontsize=13)
-    return _save(fig, path, dpi)
+    return fig
+
+
+def plot_training(series: list[TrainingSeries], path: Path, dpi: int = 150) -> Path:
+    return _save(training_figure(series), path, dpi)
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rhythm.env.constants import CONDITIONS
 from rhythm.errors import RhythmError
+from rhythm.eval.names import display_name
 
 
 def episodes_path(output: str | Path) -> Path:
@@ -73,6 +74,8 @@ class EvalResults(BaseModel):
 
     agent: str
     conditions: dict[str, ConditionResults]
+    display_name: str = ""
+    """How tables and plots name the agent (:func:`rhythm.eval.names.display_name`); "" in older files."""
     grader: str = "v3"
     env_version: str = ""
     protocol: int | None = None
@@ -106,6 +109,11 @@ class EvalResults(BaseModel):
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"])
             raise RhythmError(f"{path}: not a rhythm eval results file ({where}: {first['msg']})") from None
+
+    @property
+    def name(self) -> str:
+        """The agent's display name: the recorded one, or (older files) one derived from the agent string."""
+        return self.display_name or display_name(self.agent)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)

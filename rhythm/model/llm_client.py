@@ -16,6 +16,9 @@ Used by ``rhythm generate --teacher openai|azure`` (:mod:`rhythm.teacher.llm_gen
 - Keys and tokens come from the environment only: they are never config fields, and every error
   message that leaves this module goes through :meth:`Redactor.redact`.
 - Request fields that are not configured are left out of the request, never sent as null.
+- Cost: prompt tokens the server served from its prompt cache (``usage.prompt_tokens_details.cached_tokens``,
+  reported by OpenAI and Azure) are priced at ``cached_input``, the rest at ``input``, completions at
+  ``output``. A server that reports no cached tokens is charged the full input price for every prompt token.
 
 The ``openai`` and ``azure.identity`` packages are imported only when a client is built.
 """
@@ -45,9 +48,18 @@ class Price:
     """USD per 1M tokens of one model."""
 
     input: float = 0.0
-    """Per 1M prompt tokens."""
+    """Per 1M prompt tokens not served from the server's prompt cache."""
     output: float = 0.0
     """Per 1M completion tokens (reasoning tokens included, as the API counts them)."""
+    cached_input: float | None = None
+    """Per 1M prompt tokens the server served from its prompt cache (usage.prompt_tokens_details.cached_tokens;
+    OpenAI and Azure bill them at a fraction of ``input``); null: the input price."""
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """USD for one request's usage; ``cached_tokens`` are part of ``prompt_tokens``."""
+        cached_price = self.input if self.cached_input is None else self.cached_input
+        fresh = prompt_tokens - cached_tokens
+        return (fresh * self.input + cached_tokens * cached_price + completion_tokens * self.output) / 1e6
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,8 @@ class LLMConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     """Extra JSON fields for the request body (server-specific, e.g. vLLM's top_k); empty: none."""
     prices: dict[str, Price] = field(default_factory=dict)
-    """USD per 1M tokens, by model name (azure: by deployment name): {name: {input: X, output: Y}}."""
+    """USD per 1M tokens, by model name (azure: by deployment name): {name: {input: X, cached_input: Z, output: Y}}
+    (cached_input optional: the price of prompt tokens served from the server's cache)."""
     max_cost_usd: float | None = None
     """Stop sending requests once this much has been spent (needs a price for the model)."""
     concurrency: int = 8
@@ -241,17 +254,17 @@ class CostMeter:
         self.max_cost_usd = max_cost_usd
         self.spent = 0.0
         self.prompt_tokens = 0
+        self.cached_tokens = 0
         self.completion_tokens = 0
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
-        if self.price is None:
-            return None
-        return (prompt_tokens * self.price.input + completion_tokens * self.price.output) / 1e6
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
+        return None if self.price is None else self.price.cost(prompt_tokens, completion_tokens, cached_tokens)
 
-    def add(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def add(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
         self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
         self.completion_tokens += completion_tokens
-        cost = self.cost(prompt_tokens, completion_tokens)
+        cost = self.cost(prompt_tokens, completion_tokens, cached_tokens)
         if cost is not None:
             self.spent += cost
         return cost
@@ -321,6 +334,8 @@ class Completion:
     cost_usd: float | None
     retries: int
     finish_reason: str | None = None
+    cached_tokens: int = 0
+    """Prompt tokens the server served from its prompt cache (0 when it reports none)."""
 
 
 class ChatClient:
@@ -407,8 +422,10 @@ class ChatClient:
             self.stats.missing_usage += 1
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = self.meter.add(prompt, completion)
-        return Completion(text, prompt, completion, cost, raw.retries_taken, getattr(choice, "finish_reason", None))
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = min(max(int(getattr(details, "cached_tokens", 0) or 0), 0), prompt)
+        cost = self.meter.add(prompt, completion, cached)
+        return Completion(text, prompt, completion, cost, raw.retries_taken, getattr(choice, "finish_reason", None), cached)
 
     def _classify(self, exc: Exception) -> Exception:
         import openai
@@ -491,6 +508,7 @@ class StepReply:
     cost_usd: float | None
     requests: int
     retries: int
+    cached_tokens: int = 0
 
     @property
     def reasked(self) -> bool:
@@ -499,6 +517,7 @@ class StepReply:
     def usage(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 8),
             "requests": self.requests,
@@ -535,4 +554,5 @@ async def ask(client: ChatClient, messages: list[dict[str, str]]) -> StepReply:
         cost_usd=None if any(c is None for c in costs) else sum(c for c in costs if c is not None),
         requests=len(replies),
         retries=sum(r.retries for r in replies),
+        cached_tokens=sum(r.cached_tokens for r in replies),
     )

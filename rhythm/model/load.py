@@ -12,9 +12,10 @@ CUDA GPU, fp16 on Apple MPS, fp32 on CPU; the device is picked automatically (cu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,28 @@ def _has_tokenizer(path: str) -> bool:
     return local.is_dir() and any((local / f).is_file() for f in TOKENIZER_FILES)
 
 
+@contextlib.contextmanager
+def no_loading_bars() -> Iterator[None]:
+    """transformers' own tqdm bars ("Loading weights") off while a model loads, beside rich's bars; then
+    as they were. Downloads from the Hub keep their bars (huggingface_hub draws those)."""
+    from transformers.utils import logging as hf_logging
+
+    if not hasattr(hf_logging, "set_tqdm_hook"):  # older transformers: every transformers bar off for the load
+        was = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if was:
+                hf_logging.enable_progress_bar()
+        return
+    previous = hf_logging.set_tqdm_hook(lambda factory, args, kwargs: hf_logging.EmptyTqdm(*args, **kwargs))
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
+
+
 def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] = str) -> tuple[Any, Any, ModelSource]:
     """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base.
     ``resolve`` maps a model name (PATH, an adapter's base) to what ``from_pretrained`` loads."""
@@ -162,7 +185,8 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
     tok_source = resolved if adapter is not None and _has_tokenizer(resolved) else base
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(tok_source).expanduser()) if _has_tokenizer(tok_source) else tok_source)
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+        with no_loading_bars():
+            model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RhythmError(

@@ -88,7 +88,7 @@ def errors_path(output: str | Path) -> Path:
 
 
 def _add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
-    for key in ("prompt_tokens", "completion_tokens", "requests", "retries"):
+    for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "requests", "retries"):
         total[key] += step[key]
     if total["cost_usd"] is not None:
         total["cost_usd"] = None if step["cost_usd"] is None else total["cost_usd"] + step["cost_usd"]
@@ -108,7 +108,8 @@ async def play_episode(
     env.reset(seed=seed)
     started = time.perf_counter()
     steps: list[StepRecord] = []
-    total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "requests": 0, "reasks": 0, "retries": 0}
+    total: dict[str, Any] = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "requests": 0,
+                             "reasks": 0, "retries": 0}
     episode_return = 0.0
     crashes = 0
     belief = None
@@ -309,7 +310,8 @@ def generate_llm(
         "re-asks": sum(r["usage"]["reasks"] for r in records),
         "requests sent": stats.attempts,
         "retries": f"{stats.retries} (429: {stats.rate_limited}, 5xx: {stats.server_errors}, timeouts/no connection: {stats.no_response})",
-        "tokens": f"{meter.prompt_tokens:,} in / {meter.completion_tokens:,} out",
+        "tokens": f"{meter.prompt_tokens:,} in{f' ({meter.cached_tokens:,} cached)' if meter.cached_tokens else ''}"
+        f" / {meter.completion_tokens:,} out",
     }
     if meter.price is None:
         extra["cost"] = f"unknown (no llm.prices entry for {target.name!r})"

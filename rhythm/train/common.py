@@ -46,7 +46,9 @@ class TrainRunConfig:
     warmup_ratio: float = 0.03
     """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global norm."""
     bf16: Auto = "auto"
     """bfloat16 mixed precision; auto = on when CUDA is available (it is ~5x slower on CPU)."""
     gradient_checkpointing: Auto = "auto"
@@ -61,6 +63,7 @@ class TrainRunConfig:
     lora_alpha: int = 32
     """LoRA scaling numerator (the update is scaled by alpha / r)."""
     lora_dropout: float = 0.05
+    """Dropout on the LoRA path during training."""
     lora_target_modules: list[str] = field(default_factory=lambda: list(QWEN_LINEAR))
     """Modules that get adapters (names inside the model); [all-linear] = every linear layer but the LM head."""
     # --- logging, checkpoints

@@ -118,6 +118,7 @@ class SFTRunConfig(TrainRunConfig):
     per_device_train_batch_size: int = 4
     """Examples per device per forward pass."""
     per_device_eval_batch_size: int = 8
+    """Examples per device per forward pass of the validation loss."""
     gradient_accumulation_steps: int = 4
     """Forward passes per optimizer step (effective batch = this x batch size x devices)."""
     # --- evaluation, logging, checkpoints

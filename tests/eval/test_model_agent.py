@@ -354,3 +354,23 @@ def test_eval_config_routes_model_options() -> None:
 
     cfg = EvalConfig(agent="model:x", model=replace(SMALL, batch_size=3))
     assert agent_options(cfg, "model:x").batch_size == 3
+
+
+def test_loading_a_model_draws_no_transformers_bar_and_restores_its_bars(tiny_student: Path, capfd) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from rhythm.model.load import load_model
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()  # as on a user's terminal (tests may run with bars off)
+    try:
+        capfd.readouterr()
+        load_model(str(tiny_student), ModelOptions(device="cpu"))
+        _, err = capfd.readouterr()
+        assert "Loading weights" not in err
+        bar = hf_logging.tqdm(range(1), desc="after the load")  # transformers' own bars work again afterwards
+        assert not isinstance(bar, hf_logging.EmptyTqdm)
+        bar.close()
+    finally:
+        if not was:
+            hf_logging.disable_progress_bar()

@@ -15,11 +15,13 @@ from rhythm.eval.evaluate import EvalConfig, run_eval
 from rhythm.eval.plots import (
     PUBLISHED_V2,
     PlotConfig,
-    agent_label,
+    belief_accuracy_figure,
     belief_curves,
+    final_scores_figure,
     load_results,
     make_plots,
     score_bars,
+    training_figure,
     training_series,
 )
 from rhythm.eval.results import EvalResults
@@ -110,8 +112,9 @@ def test_final_score_bars_come_from_the_results(bayes_results: Path, tmp_path: P
         assert ours[(cond, "v3")].ci95 == tuple(entry.final_score.ci95)
         assert ours[(cond, "v2")].mean == entry.final_score_v2.mean
         refs = {(b.agent, b.grader): b for b in bars if b.kind == "reference" and b.condition == cond}
-        assert set(refs) == {(n, g) for n in ("random", "heuristic", "oracle") for g in ("v2", "v3")}
-        assert refs[("oracle", "v3")].mean == entry.references["oracle"].final_score
+        oracle = "oracle (knows the person)"  # references are named for a reader too
+        assert set(refs) == {(n, g) for n in ("random", "heuristic", oracle) for g in ("v2", "v3")}
+        assert refs[(oracle, "v3")].mean == entry.references["oracle"].final_score
         assert refs[("random", "v2")].mean == entry.references["random"].final_score_v2
         assert all(b.ci95 is None for b in refs.values())
     published = {(b.agent, b.condition): b.mean for b in bars if b.kind == "published"}
@@ -131,8 +134,6 @@ def test_an_agent_evaluated_in_its_own_right_is_not_repeated_as_a_reference(baye
     bars = score_bars([(bayes_results, load_results(bayes_results)), (heuristic_results, load_results(heuristic_results))])
     heur = [b for b in bars if b.agent == "heuristic" and b.condition == "in-dist" and b.grader == "v3"]
     assert [b.kind for b in heur] == ["agent"] and heur[0].ci95 is not None
-    assert agent_label("model:/data/runs/sft-tiny/adapter") == "model:sft-tiny/adapter"
-    assert agent_label("bayes") == "bayes (teacher)" and agent_label("heuristic") == "heuristic"
 
 
 def test_belief_curves_are_computed_from_the_episodes(bayes_results: Path, tmp_path: Path) -> None:
@@ -255,3 +256,64 @@ def test_belief_bands_use_the_reports_interval() -> None:
         ci = mean_ci(errors[:, t])
         assert (curve.mean[t], curve.low[t], curve.high[t]) == (ci["mean"], *ci["ci95"])
     assert belief_steps(errors, priors, (1, 28)).last_ci == (curve.low[-1], curve.high[-1])
+
+
+def _student_results(bayes_results: Path, folder: Path, stage_files: dict[str, str]) -> Path:
+    """The bayes results as if a student in ``folder`` (holding ``stage_files``) had played them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in stage_files.items():
+        (folder / name).write_text(text)
+    data = orjson.loads(bayes_results.read_bytes())
+    data["agent"] = f"model:{folder}"
+    del data["display_name"]  # an older file: the name comes from the agent string
+    out = folder.parent / f"eval-{folder.name}" / "eval_results_v2.json"
+    out.parent.mkdir(parents=True)
+    out.write_bytes(orjson.dumps(data))
+    episodes = bayes_results.with_name("eval_results_v2.episodes.jsonl").read_bytes()
+    out.with_name("eval_results_v2.episodes.jsonl").write_bytes(episodes)
+    return out
+
+
+def test_plots_name_agents_as_a_reader_would(bayes_results: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "some" / "long" / "runs"
+    sft = _student_results(bayes_results, runs / "sft", {"sft_config.yaml": "use_peft: false\n"})
+    grpo = _student_results(bayes_results, runs / "grpo", {"grpo_config.yaml": f"adapter: null\nmodel_name_or_path: {runs / 'sft'}\n"})
+    files = [(p, load_results(p)) for p in (sft, grpo, bayes_results)]
+    assert orjson.loads(bayes_results.read_bytes())["agent"] == "bayes"  # the JSON keeps the agent string
+    names = {b.agent for b in score_bars(files) if b.kind != "published"}
+    assert names == {"student (SFT)", "student (SFT+GRPO)", "teacher (bayes)", "random", "heuristic", "oracle (knows the person)"}
+    curves, _ = belief_curves(files)
+    assert {c.agent for c in curves} == {"student (SFT)", "student (SFT+GRPO)", "teacher (bayes)"}
+    assert not any(str(runs) in b.agent for b in score_bars(files))
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _legend_boxes_clear_of_data_and_text(fig) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert legends
+    texts = [t for t in (fig._suptitle, fig._supxlabel) if t is not None]
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax.xaxis.label, ax.yaxis.label]
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not _overlaps(box, ax.get_window_extent(renderer)), f"legend on the data of {ax.get_title()!r}"
+        for text in texts:
+            if text.get_text():
+                assert not _overlaps(box, text.get_window_extent(renderer)), f"legend over {text.get_text()!r}"
+
+
+def test_legends_sit_outside_the_data_and_away_from_titles_and_labels(bayes_results: Path, heuristic_results: Path, tmp_path: Path) -> None:
+    files = [(bayes_results, load_results(bayes_results)), (heuristic_results, load_results(heuristic_results))]
+    _legend_boxes_clear_of_data_and_text(final_scores_figure(score_bars(files)))
+    _legend_boxes_clear_of_data_and_text(belief_accuracy_figure(belief_curves(files)[0]))
+    logs = [training_series(write_log(tmp_path / "sft", SFT_LOG)), training_series(write_log(tmp_path / "grpo", GRPO_LOG))]
+    _legend_boxes_clear_of_data_and_text(training_figure(logs))

@@ -145,7 +145,7 @@ def test_openai_records_equal_the_batch_runner_and_count_tokens(tmp_path: Path, 
         for step, ref_step in zip(rec["steps"], ref_d["steps"], strict=True):
             assert set(step) == STEP_KEYS | {"usage"}
             assert {k: step[k] for k in STEP_KEYS} == ref_step
-            assert step["usage"] == {"prompt_tokens": 120, "completion_tokens": 30, "cost_usd": pytest.approx(step_cost),
+            assert step["usage"] == {"prompt_tokens": 120, "cached_tokens": 0, "completion_tokens": 30, "cost_usd": pytest.approx(step_cost),
                                      "requests": 1, "retries": 0}
         usage = rec["usage"]
         assert (usage["prompt_tokens"], usage["completion_tokens"], usage["requests"], usage["reasks"]) == (28 * 120, 28 * 30, 28, 0)

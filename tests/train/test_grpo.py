@@ -301,3 +301,45 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]
     steps = [orjson.loads(line)["step"] for line in (tmp_path / "run" / "reward_log.jsonl").read_bytes().splitlines()]
     assert steps == [1] * 4 + [2] * 4 + [3] * 4
+
+
+# ------------------------------------------------------------------- --adapter with full weights
+
+
+def test_an_adapter_folder_with_full_weights_is_refined_as_the_model(tmp_path, tiny_student):
+    from rhythm.errors import RhythmError
+    from rhythm.train.grpo.trainer import start_from_full_weights
+
+    said: list[str] = []
+    cfg = GRPORunConfig(adapter=str(tiny_student), model_name_or_path=None, use_peft=True, data="x.jsonl")
+    start = start_from_full_weights(cfg, said.append)
+    assert (start.adapter, start.model_name_or_path, start.use_peft) == (None, str(tiny_student), False)
+    assert said == [f"{tiny_student} holds full weights, not a LoRA adapter: refining all of them "
+                    f"(as --model {tiny_student} --set adapter=null --set use_peft=false)"]
+    assert start_from_full_weights(GRPORunConfig(adapter=str(tiny_student), model_name_or_path=str(tiny_student)), said.append).adapter is None
+    other = start_from_full_weights(GRPORunConfig(adapter=str(tiny_student), model_name_or_path="runs/sft-tiny"), said.append)
+    assert other.model_name_or_path == str(tiny_student) and said[-1].endswith("; model_name_or_path runs/sft-tiny is not used")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RhythmError, match="neither a LoRA adapter .* nor a model"):
+        start_from_full_weights(GRPORunConfig(adapter=str(tmp_path / "empty")), said.append)
+    lora = tmp_path / "lora"
+    lora.mkdir()
+    (lora / "adapter_config.json").write_text("{}")
+    assert start_from_full_weights(GRPORunConfig(adapter=str(lora)), said.append).adapter == str(lora)  # a real adapter: as given
+
+
+@pytest.mark.slow
+def test_grpo_adapter_given_the_sft_models_folder_trains_it_and_records_the_start(run_cli, tmp_path, teacher, sft_model):
+    from rhythm.eval.names import display_name
+
+    out = tmp_path / "grpo"
+    code, _, err = run_cli(
+        "grpo", "--config", TINY_CONFIG, "--adapter", str(sft_model), "--data", str(teacher), "-o", str(out),
+        "--max-steps", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
+        "--set", "max_completion_length=24", "--set", "logging_steps=1", "-q")
+    assert code == 0, err
+    assert "holds full weights, not a LoRA adapter" in " ".join(err.split())
+    written = yaml.safe_load((out / "grpo_config.yaml").read_text())
+    assert (written["adapter"], written["model_name_or_path"], written["use_peft"]) == (None, str(sft_model), False)
+    assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
+    assert display_name(f"model:{out}") == "student (SFT+GRPO)"

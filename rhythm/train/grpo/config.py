@@ -105,6 +105,7 @@ class GRPORunConfig(TrainRunConfig):
     temperature: float = 1.0
     """Sampling temperature of the replies (the loss uses the same one)."""
     top_p: float = 1.0
+    """Nucleus sampling of the replies: keep the most likely tokens up to this probability mass (1: all)."""
     reward_funcs: list[str] = field(default_factory=lambda: ["format", "belief", "action_value"])
     """Reward functions by name (rhythm.train.grpo.rewards.REWARD_FUNCS): format, belief, action_value, final_score."""
     reward_weights: list[float] | None = field(default_factory=lambda: [0.2, 0.25, 1.0])
@@ -129,12 +130,14 @@ class GRPORunConfig(TrainRunConfig):
     learning_rate: float = 1e-5
     """Peak learning rate (LoRA: ~1e-5..5e-5; TRL's default 1e-6 is for full fine-tuning)."""
     lr_scheduler_type: str = "constant_with_warmup"
+    """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
     per_device_train_batch_size: int = 8
     """Completions (not prompts) per device per forward pass."""
     # --- logging, checkpoints
     logging_steps: int = 5
     """Loss, rewards per function, lengths every N steps."""
     save_steps: int = 50
+    """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
     output_dir: str = "runs/grpo"
     """Adapter, tokenizer, checkpoints, training_log.jsonl, reward_log.jsonl and the effective config."""
     log_replies: bool = True
@@ -144,6 +147,7 @@ class GRPORunConfig(TrainRunConfig):
     probe/belief_shift in training_log.jsonl); 0 = no probe."""
     # --- Hub and Hugging Face Jobs
     timeout: str = "4h"
+    """Jobs: maximum wall time (s/m/h/d suffix)."""
 
 
 def _adapter_looks_local(path: str) -> bool:

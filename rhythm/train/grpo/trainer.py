@@ -40,7 +40,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,25 @@ REPORT_NAME = "prompts_report.json"
 # -------------------------------------------------------------------------------------- model
 
 
+def start_from_full_weights(cfg: GRPORunConfig, say: Callable[[str], None]) -> GRPORunConfig:
+    """``--adapter DIR`` where DIR holds a full model (what ``rhythm sft`` writes with ``use_peft: false``,
+    the tiny student's default) is read as ``--model DIR`` with every weight trained, as the quickstart
+    starts GRPO (a ``model_name_or_path`` beside it, which would name a LoRA adapter's base, is not used);
+    any other config is returned as it is."""
+    folder = Path(cfg.adapter).expanduser() if cfg.adapter else None
+    if folder is None or not folder.is_dir() or (folder / "adapter_config.json").is_file():
+        return cfg
+    if not (folder / "config.json").is_file():
+        raise RhythmError(f"{cfg.adapter} is neither a LoRA adapter (no adapter_config.json) nor a model (no config.json); "
+                          "pass rhythm sft's output_dir")
+    unused = ""  # a base model means nothing for full weights (a config file may name one for its own start)
+    if cfg.model_name_or_path and Path(cfg.model_name_or_path).expanduser() != folder:
+        unused = f"; model_name_or_path {cfg.model_name_or_path} is not used"
+    say(f"{cfg.adapter} holds full weights, not a LoRA adapter: refining all of them "
+        f"(as --model {cfg.adapter} --set adapter=null --set use_peft=false){unused}")
+    return replace(cfg, adapter=None, model_name_or_path=cfg.adapter, use_peft=False)
+
+
 def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """``(model, tokenizer, source)``: the SFT adapter on its base, trainable; or the bare base model."""
     import torch
@@ -92,7 +111,8 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     if cfg.adapter:
         adapter_cfg = adapter_config(cfg.adapter)
         if adapter_cfg is None:
-            raise RhythmError(f"{cfg.adapter} is not a LoRA adapter (no adapter_config.json); pass the SFT output_dir")
+            raise RhythmError(f"{cfg.adapter} is not a LoRA adapter (no adapter_config.json); pass the SFT output_dir, "
+                              "or a full model as --model NAME")
         base_name = cfg.model_name_or_path or adapter_cfg.get("base_model_name_or_path")
         if not base_name:
             raise RhythmError(f"{cfg.adapter}: adapter names no base model; pass --model NAME")
@@ -175,6 +195,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     """Prompts, policy, reward functions and ``GRPOTrainer``, ready to ``train``."""
     say = say or (lambda msg: None)
     validate(cfg)
+    cfg = start_from_full_weights(cfg, say)
     resume = resume_path(cfg)
     if not has_rollouts(cfg):  # the data first: a bad record fails in a second, before torch is imported
         rows, report = build_rows(cfg)
