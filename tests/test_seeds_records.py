@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.errors import RhythmError
@@ -28,6 +28,7 @@ def test_malformed_seed_specs_are_refused(spec: str) -> None:
         parse_seeds(spec)
 
 
+@settings(deadline=None)
 @given(st.sets(st.integers(0, 10**6), min_size=1, max_size=40))
 def test_format_then_parse_round_trips(seeds: set[int]) -> None:
     assert parse_seeds(format_seeds(sorted(seeds))) == sorted(seeds)

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhythm.env.constants import ACTIONS
@@ -17,6 +17,7 @@ from rhythm.train.token_weights import action_token_ids, action_weights, learned
 counts_st = st.dictionaries(st.sampled_from(ACTIONS), st.integers(1, 10_000), min_size=1)
 
 
+@settings(deadline=None)
 @given(counts_st, st.floats(0.0, 2.0), st.floats(1.0, 50.0))
 def test_weights_are_one_for_the_most_common_bounded_and_ordered(counts, balance, cap):
     w = action_weights(Counter(counts), balance, cap)
