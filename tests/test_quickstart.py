@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rhythm.locking import lock_path, output_lock
 from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_stage
 from tests.shared import QUICKSTART_MINI as MINI
 
@@ -80,3 +81,18 @@ def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> N
     assert file_digest(src) != file_digest(tmp_path / "stage")
     stamp = orjson.loads((tmp_path / "stage" / ".rhythm_stage.json").read_bytes())
     assert stamp["stage"] == "s" and stamp["info"] == {"n": 4}
+
+
+def test_a_second_quickstart_on_one_run_directory_stops_at_once(run_cli, tmp_path: Path) -> None:
+    """Its SFT and GRPO stages delete stale run folders, so a second quickstart on the same --out would
+    delete a run still training: it stops before touching anything, with one line and exit 2."""
+    out = tmp_path / "qs"
+    out.mkdir()
+    (out / "summary.md").write_text("kept")
+    with output_lock(out):
+        code, stdout, err = run_cli("quickstart", "--out", str(out), "--quiet")
+    assert code == 2 and stdout == ""
+    assert err.splitlines() == [
+        f"rhythm: error: {out} is being written by another rhythm run (it holds {lock_path(out)}); "
+        "wait for it to finish, or pass --wait-lock to wait for it"]
+    assert sorted(p.name for p in out.iterdir()) == ["summary.md"] and (out / "summary.md").read_text() == "kept"
