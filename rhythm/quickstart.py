@@ -17,7 +17,8 @@ Stages, each a call of the same library function its own command uses:
 
 Every stage records a stamp: the package version, the env version, a hash of its resolved config and
 of the files it reads. A second run with the same stamp reuses a stage's outputs; a stage whose stamp
-differs runs again and says why (``[generate] env version changed (rhythm-v1 -> rhythm-v2): rerunning``).
+differs runs again and says why (``[generate] env version changed (rhythm-v1 -> rhythm-v2): rerunning``). One quickstart at a time
+per run directory (:mod:`rhythm.locking`): a second one on the same ``--out`` stops at once, or waits.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rhythm.eval.paired import final_scores, paired_differences
 from rhythm.eval.plots import PlotConfig, make_plots
 from rhythm.eval.reeval import ReevalConfig, reeval
 from rhythm.eval.results import EvalResults
+from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, package_version, versions
 from rhythm.records import read_episodes
@@ -225,8 +227,15 @@ def verdict(students: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
-def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, quiet: bool = False) -> dict[str, Any]:
-    """Run (or reuse) every stage under ``cfg.out``; returns the summary."""
+def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, quiet: bool = False,
+               wait_lock: bool = False) -> dict[str, Any]:
+    """Run (or reuse) every stage under ``cfg.out``, holding the run directory's lock (held by another
+    quickstart: :class:`rhythm.locking.OutputLocked` at once, or wait with ``wait_lock``); returns the summary."""
+    with output_lock(cfg.out, wait=wait_lock, say=say):  # its SFT and GRPO stages delete stale run folders
+        return _quickstart(cfg, say=say, quiet=quiet)
+
+
+def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: bool) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_config(cfg, out / "quickstart_config.yaml", {"versions": versions(), "created_at": now_iso()})

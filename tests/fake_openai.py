@@ -4,8 +4,9 @@ connection), driven by the real ``openai`` client.
 It serves ``POST /v1/chat/completions`` (OpenAI) or, given a ``deployment``,
 ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` (Azure), checks the
 credentials the way those services do (``Authorization: Bearer KEY`` / ``api-key: KEY`` / an Entra ID
-bearer token) and records every attempt it sees: path, query, headers, JSON body, start and end
-time. ``max_in_flight`` is the most requests it was answering at once.
+bearer token) and records every attempt it sees: path, query, headers, JSON body, and three times on
+its own clock: when it arrived, when the answer began to go out (before the client can have any of
+it) and when it was done. ``max_in_flight`` is the most requests it was answering at once.
 
 By default it answers every request with a valid protocol reply whose action is a fixed function of
 the observation (:func:`policy_action`), after ``latency`` seconds, with ``usage`` tokens. A
@@ -87,6 +88,9 @@ class Seen:
     headers: dict[str, str]
     body: dict[str, Any]
     started: float
+    answered: float | None = None
+    """Stamped just before the first byte of the answer is sent, so the client's next request can only
+    arrive after it."""
     ended: float | None = None
     status: int | None = None
     usage: dict[str, Any] | None = None
@@ -318,6 +322,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 status, headers, payload = answer.status, answer.headers, {"error": error}
             data = json.dumps(payload).encode()
             seen.status = status
+            seen.answered = time.monotonic()
             self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))

@@ -56,9 +56,9 @@ def test_no_belief_scores_zero_belief_under_both_graders() -> None:
 
 
 def test_unknown_condition_or_grader_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown condition 'sideways'; expected one of in-dist, ood, discrete"):
         belief_score(0.1, "sideways")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown grader 'v9'; expected one of v3, v2"):
         belief_score(0.1, "in-dist", "v9")
 
 

@@ -88,7 +88,7 @@ def test_conversation_refuses_a_history_of_no_turns(k) -> None:
         conversation(["o0"], max_turns=k)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     n=st.integers(1, 28),
     ends_on_reply=st.booleans(),
@@ -113,7 +113,7 @@ def _record(n: int = 28, **extra) -> dict:
     return {"schema": 2, "protocol": PROTOCOL_VERSION, "steps": steps, **extra}
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(n=st.integers(1, 28), data=st.data())
 def test_record_conversation_up_to_t_with_and_without_the_reply(n, data) -> None:
     record = _record(n)
@@ -185,7 +185,7 @@ def test_the_conversation_an_agent_sees_is_the_recorded_one() -> None:
         assert len(seen[i, 27]) == 1 + 2 * 28 - 1
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_never_raises_on_any_text(text: str) -> None:
     r = parse_reply(text)
@@ -196,7 +196,7 @@ def test_never_raises_on_any_text(text: str) -> None:
 beliefs = st.tuples(*[st.floats(0, 1, allow_nan=False)] * 3)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     reasoning=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200).filter(
         lambda s: "action" not in s.lower() and "belief" not in s.lower()

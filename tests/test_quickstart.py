@@ -10,6 +10,7 @@ import pytest
 
 import rhythm.quickstart
 from rhythm.env.constants import ENV_VERSION
+from rhythm.locking import lock_path, output_lock
 from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_stage
 from tests.shared import QUICKSTART_MINI as MINI
 
@@ -137,3 +138,18 @@ def test_a_stale_stage_names_the_changed_input(tmp_path: Path) -> None:
     src.write_text("b")
     assert run() is False
     assert said[-2] == f"[sft] input changed ({src}): rerunning"
+
+
+def test_a_second_quickstart_on_one_run_directory_stops_at_once(run_cli, tmp_path: Path) -> None:
+    """Its SFT and GRPO stages delete stale run folders, so a second quickstart on the same --out would
+    delete a run still training: it stops before touching anything, with one line and exit 2."""
+    out = tmp_path / "qs"
+    out.mkdir()
+    (out / "summary.md").write_text("kept")
+    with output_lock(out):
+        code, stdout, err = run_cli("quickstart", "--out", str(out), "--quiet")
+    assert code == 2 and stdout == ""
+    assert err.splitlines() == [
+        f"rhythm: error: {out} is being written by another rhythm run (it holds {lock_path(out)}); "
+        "wait for it to finish, or pass --wait-lock to wait for it"]
+    assert sorted(p.name for p in out.iterdir()) == ["summary.md"] and (out / "summary.md").read_text() == "kept"

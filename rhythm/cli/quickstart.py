@@ -6,13 +6,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, overrides
+from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, WaitLockOpt, overrides
 
 
 def quickstart_command(
     out: Annotated[Optional[str], typer.Option("--out", "-o", help="Run directory (default runs/quickstart).")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
+    wait_lock: WaitLockOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Teacher data, reeval, tiny SFT, short GRPO, eval beside the baselines, plots, summary; a rerun reuses unchanged stages.
@@ -29,7 +30,8 @@ def quickstart_command(
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cfg = load_config(QuickstartConfig, config, overrides({"out": out}, set_))
-    summary = quickstart(cfg, say=lambda m: err_console.print(m, markup=False, highlight=False), quiet=quiet)
+    summary = quickstart(cfg, say=lambda m: err_console.print(m, markup=False, highlight=False), quiet=quiet,
+                         wait_lock=wait_lock)
     from pathlib import Path
 
     print((Path(cfg.out) / "summary.md").read_text())

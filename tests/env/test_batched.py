@@ -70,16 +70,16 @@ def test_batched_refuses_wrong_shapes_and_finished_episodes() -> None:
     import pytest
 
     env = BatchedRhythmEnv("in-dist", "eval", 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected 3 seeds, got 2"):
         env.reset(seed=[1, 2])
     env.reset(seed=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"actions must be 3 integers in \[0, 10\)"):
         env.step(np.array([0, 1]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"actions must be 3 integers in \[0, 10\)"):
         env.step(np.array([0, 1, 10]))
     for _ in range(EPISODE_STEPS):
         env.step(np.zeros(3, dtype=int))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="episodes are over"):
         env.step(np.zeros(3, dtype=int))
 
 

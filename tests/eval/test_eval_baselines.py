@@ -36,7 +36,10 @@ def test_eval_is_byte_identical_across_runs_and_has_the_schema(run_cli, tmp_path
         assert set(cond["win_rate_vs"]) == {"random", "heuristic"} and cond["win_rate_vs"]["random"] == 0.5
         assert cond["belief_mae"]["mean"] is None and cond["parse_failure_rate"] == 0.0
         assert sum(cond["action_counts"].values()) == 6 * 28
-        assert cond["normalized_score"] is not None
+        refs = cond["references"]
+        expected = (cond["final_score"]["mean"] - refs["random"]["final_score"]) / (
+            refs["oracle"]["final_score"] - refs["random"]["final_score"])
+        assert cond["normalized_score"] == pytest.approx(expected, abs=1e-6)  # (agent - random) / (oracle - random)
     episodes = out.with_name("eval_results_v2.episodes.jsonl").read_bytes().splitlines()
     assert len(episodes) == 18 and all(orjson.loads(e)["split"] == "eval" for e in episodes)
 

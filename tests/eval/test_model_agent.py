@@ -10,14 +10,17 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 from rhythm.agents.base import BatchObservation, EpisodeSpec
 from rhythm.agents.episodes import play
+from rhythm.env import RhythmEnv
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig
+from rhythm.grader import MAE_PRIOR
 from rhythm.model.load import ModelOptions
 from rhythm.protocol import FALLBACK_ACTION, conversation, record_conversation
 
@@ -104,7 +107,10 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
             assert lo <= cond[key]["mean"] <= hi
         assert set(cond["win_rate_vs"]) == {"random", "heuristic"}
         assert all(0.0 <= v <= 1.0 for v in cond["win_rate_vs"].values())
-        assert isinstance(cond["normalized_score"], float)
+        refs = cond["references"]
+        expected = (cond["final_score"]["mean"] - refs["random"]["final_score"]) / (
+            refs["oracle"]["final_score"] - refs["random"]["final_score"])
+        assert cond["normalized_score"] == pytest.approx(expected, abs=1e-6)  # (agent - random) / (oracle - random)
         assert cond["belief_mae_prior"] > 0
         # a random-init model never writes a valid ACTION line: every step is a counted fallback
         assert cond["parse_failure_rate"] == 1.0
@@ -230,7 +236,14 @@ def test_replies_that_never_parse_are_counted_not_fatal(tiny_agent, monkeypatch:
     for rec in (silent, bogus):
         assert all(not s.parse_ok and s.action == FALLBACK_ACTION and s.belief is None for s in rec.steps)
         assert rec.score["parse_failures"] == EPISODE_STEPS
-    assert good.score["parse_failures"] == 0 and good.score["belief_mae"] is not None
+    assert good.score["parse_failures"] == 0
+    env = RhythmEnv("in-dist", "eval")
+    env.reset(seed=good.seed)
+    mae = float(np.abs(np.array([0.2, 0.6, 0.5]) - env.belief_target).mean())
+    assert good.score["belief_mae"] == pytest.approx(mae, abs=1e-12)
+    for rec, belief in ((good, 1.0 - mae / MAE_PRIOR["in-dist"]), (silent, 0.0)):  # the grader's formula
+        behaviour = min(1.0, max(0.0, (sum(s.reward for s in rec.steps) + 1.0) / 2.0))
+        assert rec.score["final_score"] == pytest.approx(0.8 * behaviour + 0.2 * max(0.0, belief), abs=1e-9)
     assert silent.steps[0].response == replies[1]  # the reply is kept, so the failure can be read
     assert good.usage["prompt_tokens"] == 10 * EPISODE_STEPS
 

@@ -49,9 +49,9 @@ def test_paired_win_rate_by_hand() -> None:
     assert paired_win_rate([0.9, 0.1], [0.5, 0.5]) == 0.5
     assert paired_win_rate([0.1, 0.9], [0.5, 0.5]) == 0.5
     assert paired_win_rate([0.9, 0.1], [0.5, 0.0]) == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="two non-empty samples of the same episodes"):
         paired_win_rate([1, 2], [1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="two non-empty samples of the same episodes"):
         paired_win_rate([], [])
 
 

@@ -247,18 +247,20 @@ def test_azure_unknown_deployment_is_fatal_with_one_clear_line(tmp_path: Path, m
 
 
 def test_429_with_retry_after_is_retried_after_the_wait(tmp_path: Path, openai_key: str) -> None:
+    retry_after = "1.5"
+
     def handler(seen):
-        return Fail(429, "slow down", "rate_limit_exceeded", {"retry-after": "1.5"}) if seen.n == 0 else None
+        return Fail(429, "slow down", "rate_limit_exceeded", {"retry-after": retry_after}) if seen.n == 0 else None
 
     with FakeOpenAI(api_key=KEY, handler=handler) as server:
         summary = _run(_cfg(server, tmp_path))
     first, second = server.seen[0], server.seen[1]
     assert first.status == 429 and second.status == 200 and second.retry_count == 1
     assert second.messages == first.messages
-    gap = second.started - first.ended
-    # The header's 1.5 s, not the client's own 0.375-0.5 s backoff. Only a lower bound: a busy machine can
-    # only add delay, so an upper bound would fail for reasons unrelated to the client.
-    assert 1.5 <= gap < 10.0
+    # Both stamps are the server's: the 429 began to go out before the client could read its header,
+    # and the retry arrived after the client's wait, so the gap is at least the header's 1.5 s (not the
+    # client's own 0.375-0.5 s backoff) however loaded the machine. No upper bound: load only adds delay.
+    assert second.started - first.answered >= float(retry_after)
     assert summary.episodes == 1 and len(server.seen) == 29
     assert summary.extra["retries"].startswith("1 (429: 1, 5xx: 0")
     rec = _records(tmp_path / "t.jsonl")[0]
@@ -514,14 +516,25 @@ def test_eval_openai_agent_history_turns_trims_each_request(openai_key: str) -> 
 def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> None:
     from rhythm.agents.llm import LLMAgent
 
-    with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "down")) as server:
-        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, max_retries=0))
+    # Both first steps are held until they are in flight together, then fail: without that, the first
+    # failure cancels its sibling, which then may or may not have reached the server.
+    holder: list[FakeOpenAI] = []
+    hold = _hold_until_in_flight(holder, 2)
+
+    def handler(seen):
+        hold(seen)
+        return Fail(500, "down")
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        holder.append(server)
+        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, max_retries=0, concurrency=2))
         try:
             with pytest.raises(RhythmError, match="a request failed for good"):
                 play_batch(agent, "discrete", "eval", [0, 1])
         finally:
             agent.close()
-    assert len(server.seen) == 2  # both episodes' first step, sent together, no retry (max_retries 0)
+    assert server.max_in_flight == 2  # both episodes' first step, sent together
+    assert len(server.seen) == 2  # and no retry (max_retries 0)
 
 
 # ---------------------------------------------------------------------------------------------------

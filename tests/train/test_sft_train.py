@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import orjson
@@ -87,7 +88,7 @@ def test_outputs_model_tokenizer_and_effective_config(sft_run):
     written = yaml.safe_load((out / "sft_config.yaml").read_text())
     provenance = written.pop("_provenance")
     assert written == orjson.loads(orjson.dumps(dataclasses.asdict(SFTRunConfig(**TINY, data=written["data"], output_dir=str(out)))))
-    assert provenance["versions"]["trl"] == "1.16.0" and provenance["versions"]["peft"] == "0.21.2"
+    assert provenance["versions"]["trl"] == version("trl") and provenance["versions"]["peft"] == version("peft")
     assert provenance["resolved"]["gradient_checkpointing"] is False
     report = orjson.loads((out / "data_report.json").read_bytes())
     assert report["train_examples"] == 5 and report["validation_examples"] == 1  # one example per week

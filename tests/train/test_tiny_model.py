@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rhythm.agents.teachers as teachers
@@ -14,12 +14,14 @@ from rhythm.agents.tiny import _corpus, protocol_corpus, resolve_model
 from rhythm.model.tiny import TINY_MODELS, TINY_NAME, TinySpec, number_value, tiny_cache_path
 
 
+@settings(deadline=None)
 @given(st.integers(0, 100))
 def test_number_value_reads_meters_and_beliefs(i):
     text = f"{i / 100:.2f}"
     assert number_value(text) == pytest.approx(i / 100) and number_value(" " + text) == pytest.approx(i / 100)
 
 
+@settings(deadline=None)
 @given(st.integers(0, 50), st.sampled_from("+-"))
 def test_number_value_reads_signed_changes(i, sign):
     assert number_value(f"{sign}{i / 100:.2f}") == pytest.approx(i / 100 * (1 if sign == "+" else -1))
