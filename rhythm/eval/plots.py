@@ -381,6 +381,16 @@ class TrainingSeries:
     reward: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     reward_std: list[float] = field(default_factory=list)
     reward_funcs: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    learning: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    """GRPO's can-it-learn figures by log key (:data:`LEARNING_KEYS`)."""
+
+
+LEARNING_KEYS = {
+    "frac_reward_zero_std": "groups with no reward spread (share)",
+    "probe/action_changed": "probe states whose greedy action changed (share)",
+    "probe/kl": "KL to the starting policy per reply token (nats)",
+}
+"""What shows whether a refine run can learn (TRL's and :mod:`rhythm.train.grpo.probe`'s log keys)."""
 
 
 def log_file(path: str | Path) -> Path:
@@ -423,6 +433,12 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
                 s.reward[0].append(step)
                 s.reward[1].append(value)
                 s.reward_std.append(_number(entry.get("reward_std")) or 0.0)
+            for key in LEARNING_KEYS:
+                value = _number(entry.get(key))
+                if value is not None:
+                    xs, ys = s.learning.setdefault(key, ([], []))
+                    xs.append(step)
+                    ys.append(value)
             for key, raw in entry.items():
                 if key.startswith("rewards/") and key.endswith("/mean") and _number(raw) is not None:
                     func = key[len("rewards/") : -len("/mean")]
@@ -435,12 +451,14 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
 
 
 def training_figure(series: list[TrainingSeries]) -> Any:
-    """SFT loss (train solid, validation dashed) and GRPO reward (mean with ±1 std band)."""
+    """SFT loss (train solid, validation dashed), GRPO reward (mean with ±1 std band) and, where the log has
+    them, GRPO's can-it-learn figures (zero-spread groups, greedy-action changes, KL to the start)."""
     from matplotlib.figure import Figure
 
     has_sft = [s for s in series if s.train_loss[0] or s.eval_loss[0]]
     has_grpo = [s for s in series if s.reward[0]]
-    panels = (["sft"] if has_sft else []) + (["grpo"] if has_grpo else [])
+    has_learning = [s for s in has_grpo if s.learning]
+    panels = (["sft"] if has_sft else []) + (["grpo"] if has_grpo else []) + (["learning"] if has_learning else [])
     fig = Figure(figsize=(6.5 * len(panels), 4.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     order: dict[str, int] = {}
@@ -455,6 +473,15 @@ def training_figure(series: list[TrainingSeries]) -> Any:
                             label=f"{s.label}: validation loss")
             ax.set_title("SFT: loss", fontsize=12)
             ax.set_ylabel("loss per labelled token")
+        elif panel == "learning":
+            for s in has_learning:
+                color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]
+                for k, (key, what) in enumerate(LEARNING_KEYS.items()):
+                    if key in s.learning:
+                        ax.plot(*s.learning[key], color=color, linewidth=1.4, linestyle=("-", "--", ":")[k], marker="o",
+                                markersize=3, label=f"{s.label}: {what}")
+            ax.set_title("GRPO: can it learn?", fontsize=12)
+            ax.set_ylabel("share / nats")
         else:
             for s in has_grpo:
                 color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]

@@ -317,3 +317,20 @@ def test_legends_sit_outside_the_data_and_away_from_titles_and_labels(bayes_resu
     _legend_boxes_clear_of_data_and_text(belief_accuracy_figure(belief_curves(files)[0]))
     logs = [training_series(write_log(tmp_path / "sft", SFT_LOG)), training_series(write_log(tmp_path / "grpo", GRPO_LOG))]
     _legend_boxes_clear_of_data_and_text(training_figure(logs))
+
+
+def test_the_training_plot_shows_whether_grpo_can_learn(tmp_path: Path) -> None:
+    """Zero-spread groups, greedy-action changes and the KL to the start get their own panel; a log
+    without them (an older run) draws the reward alone."""
+    from rhythm.eval.plots import LEARNING_KEYS, training_figure
+
+    learning = [{**e, "frac_reward_zero_std": z, "probe/kl": k, "probe/action_changed": a}
+                for e, z, k, a in zip(GRPO_LOG, (0.5, 0.25, 0.0), (0.0, 0.01, 0.03), (0.0, 0.0625, 0.125), strict=True)]
+    s = training_series(write_log(tmp_path / "grpo", learning))
+    assert s.learning == {"frac_reward_zero_std": ([1.0, 2.0, 3.0], [0.5, 0.25, 0.0]), "probe/kl": ([1.0, 2.0, 3.0], [0.0, 0.01, 0.03]),
+                          "probe/action_changed": ([1.0, 2.0, 3.0], [0.0, 0.0625, 0.125])}
+    fig = training_figure([s])
+    assert [ax.get_title() for ax in fig.axes] == ["GRPO: reward", "GRPO: can it learn?"]
+    assert {t.get_text().split(": ", 1)[1] for t in fig.axes[1].get_legend().get_texts()} == set(LEARNING_KEYS.values())
+    old = training_figure([training_series(write_log(tmp_path / "old", GRPO_LOG))])
+    assert [ax.get_title() for ax in old.axes] == ["GRPO: reward"]
