@@ -55,17 +55,6 @@ class EpisodeMode:
 
 
 @dataclass(frozen=True)
-class BranchMode:
-    """``mode: branch``: step mode's states (its ``step:`` settings choose them), each reply rewarded with the
-    final score of the week it leads to when the policy plays on greedily (reward ``branch_score``;
-    :mod:`rhythm.train.grpo.branch`)."""
-
-    last_step_share: float = 0.0
-    """Share of the prompts that are last-step states (the step whose belief the grader scores), drawn with
-    replacement from those there are; 0 = every state once."""
-
-
-@dataclass(frozen=True)
 class GRPORunConfig(TrainRunConfig):
     """``rhythm grpo``: field names follow TRL's ``GRPOConfig`` where one exists; the fields it shares with
     SFT come from :class:`rhythm.train.common.TrainRunConfig`. ``data``: step mode, its states are the
@@ -84,12 +73,10 @@ class GRPORunConfig(TrainRunConfig):
     mode: str = "step"
     """step: one prompt per recorded state, rewards from reward_funcs (settings under ``step:``); branch: step's
     states, each reply rewarded with the final score of the week it leads to, the policy playing on greedily
-    (settings under ``step:`` and ``branch:``); episode: the student plays whole weeks, each reply rewarded
+    (settings under ``step:``); episode: the student plays whole weeks, each reply rewarded
     with its week's final score (settings under ``episode:``)."""
     step: StepMode = field(default_factory=StepMode)
     """Settings step and branch modes read (episode mode ignores them)."""
-    branch: BranchMode = field(default_factory=BranchMode)
-    """Settings only branch mode reads."""
     episode: EpisodeMode = field(default_factory=EpisodeMode)
     """Settings only episode mode reads (step mode ignores them)."""
     rollout_seeds: Union[str, int, None] = None
@@ -173,8 +160,6 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError("reward final_score is the score of a played week: it needs mode=episode")
     if "branch_score" in cfg.reward_funcs and cfg.mode != "branch":
         raise RhythmError("reward branch_score is the score of the week a reply leads to: it needs mode=branch")
-    if not 0 <= cfg.branch.last_step_share <= 1:
-        raise RhythmError(f"branch.last_step_share must be in [0, 1], got {cfg.branch.last_step_share}")
     if cfg.probe_states < 0:
         raise RhythmError(f"probe_states must be >= 0, got {cfg.probe_states}")
     if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):

@@ -336,32 +336,13 @@ def rollout_specs(cfg: GRPORunConfig) -> list[Any]:
     return [EpisodeSpec(c, "train", s) for c in cfg.rollout_conditions for s in seeds]
 
 
-def mix_last_step(rows: list[dict[str, Any]], share: float, seed: int) -> list[dict[str, Any]]:
-    """Rows of which ``share`` are last-step states (the step whose belief the grader scores), the extra ones
-    drawn with replacement from the last-step rows there are (seeded); every other row is kept once."""
-    if share <= 0:
-        return rows
-    last = [r for r in rows if r["t"] == EPISODE_STEPS - 1]
-    others = [r for r in rows if r["t"] != EPISODE_STEPS - 1]
-    if not last:
-        raise RhythmError("branch.last_step_share needs states at the last step; the rows hold none (step.every_k_steps?)")
-    if share >= 1:
-        return last
-    want = max(len(last), round(share / (1 - share) * len(others)))
-    rng = random.Random(f"{seed}|last-step")
-    return others + last + [last[rng.randrange(len(last))] for _ in range(want - len(last))]
-
-
 def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], Any]:
     """The training rows of either mode and their report (pure Python, no torch)."""
     paths = data_paths(cfg)
     if cfg.mode in ("step", "branch"):
         step = cfg.step
-        rows, report = build_prompts(paths, PromptOptions(step.every_k_steps, step.max_prompts, cfg.seed, step.strip_reasoning),
-                                     student_records)
-        if cfg.mode == "branch" and cfg.branch.last_step_share > 0:
-            rows, report = _finish(mix_last_step(rows, cfg.branch.last_step_share, cfg.seed), report)
-        return rows, report
+        return build_prompts(paths, PromptOptions(step.every_k_steps, step.max_prompts, cfg.seed, step.strip_reasoning),
+                             student_records)
     keys, report = episode_keys(paths, student_records)
     episode = cfg.episode
     rows = episode_rows(keys, every_k_turns=episode.every_k_turns, max_episodes=episode.max_episodes, seed=cfg.seed, report=report)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The refine-stage ablation of docs/grpo.md: which GRPO settings make the quickstart's SFT student better in
+# free play. Settings are chosen on train-split seeds only: the student is the quickstart's, trained on
+# teacher seeds 0-4799; every row refines it with plain `rhythm grpo`, plays train-split seeds 100000-100099
+# in each condition (no teacher week and no refine rollout uses them), and prints `rhythm analyze paired`
+# against the SFT student on the same people.
+#
+#   bash benchmarks/grpo_ablation.sh ROW [ROW...]           # rows: see `case` below; run one after another
+#   WORK=/tmp/ablation bash benchmarks/grpo_ablation.sh K    # where the quickstart, models and results go
+#
+# The first call runs `rhythm quickstart --set eval_split=train` once (~12 minutes on 2 cores) for the SFT
+# student; a row then takes 3-6 minutes on 2 cores (GRPO 1.5-4 min, eval ~1 min).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${WORK:-/tmp/rhythm-grpo-ablation}
+R=${RHYTHM:-rhythm}
+mkdir -p "$WORK"/g "$WORK"/e
+
+[ -f "$WORK/qs/sft/model.safetensors" ] || $R quickstart --out "$WORK/qs" --set eval_split=train --quiet > "$WORK/qs.log" 2>&1
+SFT="$WORK/qs/sft"
+
+ev() {  # NAME MODEL_DIR: free play on train-split seeds 100000-100099, every condition
+  [ -f "$WORK/e/$1/eval_results_v2.json" ] || $R eval --agent "model:$2" --split train --seeds 100000-100099 --condition all \
+    --quiet -o "$WORK/e/$1/eval_results_v2.json" --set 'references=[heuristic]' --set model.max_new_tokens=16 > "$WORK/e/$1.log" 2>&1
+}
+
+grpo() {  # NAME CONFIG [--set key=value ...]: refine the SFT student, then eval and pair with it
+  local name=$1 config=$2
+  shift 2
+  $R grpo --config "$config" --model "$SFT" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true \
+    --set logging_steps=5 --set save_steps=1000 "$@" > "$WORK/g/$name.log" 2>&1
+  ev "$name" "$WORK/g/$name"
+  echo "== $name: $config $*"
+  $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$name/eval_results_v2.episodes.jsonl"
+}
+
+ev sft "$SFT"
+STEP=(--set data= --set rollout_seeds=1000-1063 --set num_generations=8 --set per_device_train_batch_size=32 --max-steps 60)
+BRANCH=(--set rollout_seeds=1000-1127 --set scale_rewards=group --max-steps 40)
+for row in "$@"; do
+  case $row in
+    # step mode on the student's own states: action_value (planner rollouts under the true profile), belief, format
+    A) grpo A configs/grpo-tiny.yaml "${STEP[@]}" --set learning_rate=1e-4 ;;
+    # branch mode: each reply scored by the week it leads to; only the judged tokens in the loss
+    E) grpo E configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set rollout_seeds=1000-1063 --set learning_rate=1e-4 ;;
+    F) grpo F configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set rollout_seeds=1000-1063 --set learning_rate=3e-5 ;;
+    # rows G-J and M oversampled last-step states (branch.last_step_share, last in commit 27b05a7): see docs/grpo.md
+    # advantages scaled by the batch's reward spread, not each group's
+    K) grpo K configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set learning_rate=3e-5 --set scale_rewards=batch ;;
+    L) grpo L configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set learning_rate=1e-4 --set scale_rewards=batch ;;
+    N) grpo N configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set learning_rate=5e-5 --set scale_rewards=batch --max-steps 60 ;;
+    # the shipped refine stage, as the quickstart runs it
+    Q) grpo Q configs/grpo-tiny-branch.yaml ;;
+    *) echo "unknown row $row" >&2; exit 2 ;;
+  esac
+done
