@@ -12,7 +12,7 @@ from rhythm.cli import options as opt
 def grpo_command(
     adapter: Annotated[Optional[str], typer.Option("--adapter", help="What rhythm sft wrote (its output dir, or a Hub repo id): a LoRA adapter, or full weights, which are refined as --model DIR.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="Teacher episodes JSONL whose states become prompts (comma-separated; - for stdin).")] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="step: one recorded state per prompt; episode: play whole weeks, reward = final score.")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="step: one recorded state per prompt; branch: step's states, each reply scored by the week it leads to; episode: play whole weeks, reward = final score.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="A full model to refine (e.g. the tiny student's SFT output dir, with --set adapter=null), or an adapter's base (default: the adapter's own).")] = None,
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Adapter, checkpoints, training_log.jsonl, reward_log.jsonl, config.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps.")] = None,
