@@ -386,7 +386,7 @@ class TrainingSeries:
 
 
 LEARNING_KEYS = {
-    "frac_reward_zero_std": "groups with no reward spread (share)",
+    "groups_without_spread": "groups with no reward spread (share)",
     "probe/action_changed": "probe states whose greedy action changed (share)",
     "probe/kl": "KL to the starting policy per reply token (nats)",
 }

@@ -324,10 +324,10 @@ def test_the_training_plot_shows_whether_grpo_can_learn(tmp_path: Path) -> None:
     without them (an older run) draws the reward alone."""
     from rhythm.eval.plots import LEARNING_KEYS, training_figure
 
-    learning = [{**e, "frac_reward_zero_std": z, "probe/kl": k, "probe/action_changed": a}
+    learning = [{**e, "groups_without_spread": z, "probe/kl": k, "probe/action_changed": a}
                 for e, z, k, a in zip(GRPO_LOG, (0.5, 0.25, 0.0), (0.0, 0.01, 0.03), (0.0, 0.0625, 0.125), strict=True)]
     s = training_series(write_log(tmp_path / "grpo", learning))
-    assert s.learning == {"frac_reward_zero_std": ([1.0, 2.0, 3.0], [0.5, 0.25, 0.0]), "probe/kl": ([1.0, 2.0, 3.0], [0.0, 0.01, 0.03]),
+    assert s.learning == {"groups_without_spread": ([1.0, 2.0, 3.0], [0.5, 0.25, 0.0]), "probe/kl": ([1.0, 2.0, 3.0], [0.0, 0.01, 0.03]),
                           "probe/action_changed": ([1.0, 2.0, 3.0], [0.0, 0.0625, 0.125])}
     fig = training_figure([s])
     assert [ax.get_title() for ax in fig.axes] == ["GRPO: reward", "GRPO: can it learn?"]

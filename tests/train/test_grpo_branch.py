@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import orjson
 import pytest
 
@@ -91,7 +92,7 @@ def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_pa
     log = [orjson.loads(x) for x in (out / "training_log.jsonl").read_bytes().splitlines()]
     steps = [e for e in log if "loss" in e]
     for e in steps:
-        assert {"rewards/branch_score/mean", "frac_reward_zero_std", "probe/kl", "probe/action_changed"} <= set(e)
+        assert {"rewards/branch_score/mean", "groups_without_spread", "probe/kl", "probe/action_changed"} <= set(e)
     lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
     assert len(lines) == 16
     groups = defaultdict(list)
@@ -102,6 +103,9 @@ def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_pa
         for ln in group:
             by_key[branch_key(ln["reply"], ln["t"])].add(ln["rewards"]["branch_score"])
         assert all(len(v) == 1 for v in by_key.values()), "one action, two weeks"
+    for e in steps:  # the share of groups whose replies all scored the same, from the reward log itself
+        mine = [g for (batch, _), g in groups.items() if g[0]["step"] == e["step"]]
+        assert e["groups_without_spread"] == pytest.approx(np.mean([len({ln["reward"] for ln in g}) == 1 for g in mine]))
     model, tokenizer = _load(sft_model)
     rows, _ = build_prompts([], PromptOptions(), [orjson.loads(x) for x in (out / "student_rollouts.jsonl").read_bytes().splitlines()])
     by_t = {State.of_row(r).t: State.of_row(r) for r in rows}

@@ -8,14 +8,15 @@ the policy is probed on at every logging step.
   policy's greedy action there (what eval would play differently).
 - ``probe/belief_shift``: the mean absolute change of the greedy stated belief (S, M, W) there.
 
-TRL itself logs ``reward`` (per step), ``rewards/<name>/mean`` and ``frac_reward_zero_std`` (the share
-of groups whose replies all scored the same, so they carry no gradient). Heavy imports happen inside
-the functions that need them.
+TRL itself logs ``reward`` (per step) and ``rewards/<name>/mean``; the reward log adds
+``groups_without_spread`` (the share of groups whose replies all scored the same, so they carry no
+gradient; :meth:`rhythm.train.grpo.rewards.RewardLog.pop_metrics`). Heavy imports happen inside the
+functions that need them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,20 +131,21 @@ class PolicyProbe:
         }
 
 
-def make_probe_callback(probe: PolicyProbe):
-    """A ``TrainerCallback`` that records the start at train begin and adds the probe's figures to each log
-    entry (place it before the callback that writes ``training_log.jsonl``)."""
+def make_probe_callback(probe: PolicyProbe | None, extra: Callable[[], dict[str, float]] | None = None):
+    """A ``TrainerCallback`` that records the start at train begin and adds the probe's figures (and
+    ``extra()``'s) to each training log entry (``training_log.jsonl`` and the console)."""
     from transformers import TrainerCallback
 
     class ProbeCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, **kwargs):
-            if probe.start_replies is None and model is not None:
+            if probe is not None and probe.start_replies is None and model is not None:
                 probe.start(model)
 
         def on_log(self, args, state, control, logs=None, model=None, **kwargs):
             if logs is None or model is None or "loss" not in logs and "reward" not in logs:
                 return
-            figures = {k: round(v, 6) for k, v in probe.measure(model).items()}
+            figures = {k: round(v, 6) for k, v in ({**(extra() if extra else {}),
+                                                    **(probe.measure(model) if probe else {})}).items()}
             logs.update(figures)  # what the console shows
             if state.log_history:
                 state.log_history[-1].update(figures)  # what training_log.jsonl and the plots read

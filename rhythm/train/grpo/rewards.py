@@ -183,7 +183,19 @@ class RewardLog:
         self.num_generations = num_generations
         self.log_replies = log_replies
         self.batches = 0
+        self._no_spread: list[float] = []
         self._pending: dict[str, list[float]] = {}
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``groups_without_spread``: the share of groups (one prompt's replies) whose weighted rewards are all
+        equal, so they carry no gradient, over the batches scored since the last call. TRL's own
+        ``frac_reward_zero_std`` measures the same with ``scale_rewards: group`` but the whole batch with
+        ``batch``; this one is per group either way."""
+        if not self._no_spread:
+            return {}
+        out = {"groups_without_spread": float(np.mean(self._no_spread))}
+        self._no_spread = []
+        return out
 
     def wrapped(self) -> list[Callable[..., list[float]]]:
         out = []
@@ -208,6 +220,9 @@ class RewardLog:
         step = (state.global_step + 1) if state is not None else None
         totals = [sum(w * rewards[n][i] for n, w in zip(self.names, self.weights, strict=True)) for i in range(len(completions))]
         self.batches += 1
+        g = self.num_generations
+        groups = [totals[i:i + g] for i in range(0, len(totals), g)]
+        self._no_spread.append(float(np.mean([max(x) - min(x) <= 1e-12 for x in groups])))
         if self.path is None or int(os.environ.get("RANK", "0")) != 0:
             return
         lines = []

@@ -234,7 +234,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=peft_config(cfg) if (cfg.use_peft and not cfg.adapter) else None,
-        callbacks=[*([make_probe_callback(probe)] if probe else []), make_log_callback(out / LOG_NAME, stage="grpo"),
+        callbacks=[make_probe_callback(probe, rewards.pop_metrics), make_log_callback(out / LOG_NAME, stage="grpo"),
                    *(callbacks or [])],
         rollout_func=rollout,
     )
