@@ -32,7 +32,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from rhythm.model.tiny import resolve_model
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.common import (
     LOG_NAME,
+    JobsConfig,
     TrainRunConfig,
     check_hub_and_data,
     data_paths,
@@ -131,9 +132,9 @@ class SFTRunConfig(TrainRunConfig):
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
     output_dir: str = "runs/sft"
     """Adapter, tokenizer, checkpoints, training_log.jsonl and the effective config go here."""
-    # --- Hub and Hugging Face Jobs
-    timeout: str = "3h"
-    """Jobs: maximum wall time (s/m/h/d suffix)."""
+    # --- Hugging Face Jobs
+    jobs: JobsConfig = field(default_factory=lambda: JobsConfig(timeout="3h"))
+    """Hugging Face Jobs settings; ``jobs.flavor`` set = the run is submitted there (3 h wall time by default)."""
 
 
 def validate(cfg: SFTRunConfig) -> None:
