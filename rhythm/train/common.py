@@ -246,14 +246,16 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
 
 def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
                printed: Callable[[dict[str, Any]], dict[str, Any]], doc: str | None = None) -> int:
-    """``python -m rhythm.train.STAGE [--config FILE] [key=value ...]``: the entry ``accelerate launch`` and
-    Hugging Face Jobs run. Prints ``printed(summary)`` as one JSON line (rank 0 only)."""
+    """``python -m rhythm.train.STAGE [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
+    Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints ``printed(summary)``
+    as one JSON line (rank 0 only)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog=f"python -m rhythm.train.{stage}", description=doc)
     parser.add_argument("--config", "-c", default=None, help=f"YAML config (fields of {cls.__name__})")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides (the command line wins)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override any config key (repeatable; dotted keys for sections), as rhythm STAGE --set")
     ns = parser.parse_args(argv)
     try:
         cfg = load_config(cls, ns.config, ns.overrides)

@@ -105,10 +105,10 @@ def main() -> int:
     folder = job_folder()
     output_dir = os.environ.get("RHYTHM_OUTPUT_DIR", "/tmp/rhythm-output")
     overrides = [
-        "data=" + ",".join(data_files()),
-        "output_dir=" + output_dir,
-        "push_to_hub=true",
-        "hub_model_id=" + os.environ["RHYTHM_OUTPUT_REPO"],
+        "--set", "data=" + ",".join(data_files()),
+        "--set", "output_dir=" + output_dir,
+        "--set", "push_to_hub=true",
+        "--set", "hub_model_id=" + os.environ["RHYTHM_OUTPUT_REPO"],
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder / "src"), os.environ.get("PYTHONPATH", "")]))
     module = ["-m", "rhythm.train." + STAGE, "--config", str(folder / "config.yaml"), *overrides]

@@ -2,8 +2,8 @@
 
     rhythm sft --config configs/sft-tiny.yaml --data data/teacher_30ep.jsonl        # offline, CPU, minutes
     rhythm sft --config configs/sft.yaml --data data/teacher_30ep.jsonl             # Qwen2.5-3B, one GPU
-    accelerate launch -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl  # several GPUs
-    torchrun --standalone --nproc_per_node 2 -m rhythm.train.sft --config configs/sft-tiny.yaml data=...  # CPU DDP
+    accelerate launch -m rhythm.train.sft --config configs/sft.yaml --set data=data/x.jsonl  # several GPUs
+    torchrun --standalone --nproc_per_node 2 -m rhythm.train.sft --config configs/sft-tiny.yaml --set data=...  # CPU DDP
     rhythm sft --flavor a10g-large          # Hugging Face Jobs: model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
 
 Each teacher episode is one example: the whole week as one conversation (protocol v2; see
@@ -355,9 +355,9 @@ def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rhythm.train.sft [--config FILE] [key=value ...]``: the entry ``accelerate launch`` runs.
+    """``python -m rhythm.train.sft [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` runs.
 
-        accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl
+        accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml --set data=data/x.jsonl
     """
     return entry_main("sft", SFTRunConfig, run_sft, argv, without({"data"}), main.__doc__)
 

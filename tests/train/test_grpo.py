@@ -229,11 +229,10 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
 
     sft_out = sft_model
     out = tmp_path / "episode"
-    code = main(["--config", TINY_CONFIG, "adapter=null", f"model_name_or_path={sft_out}", "use_peft=false",
-                 f"data={teacher}", f"output_dir={out}", "mode=episode",
-                 "max_steps=2", "num_generations=2", "episode.every_k_turns=7", "per_device_train_batch_size=8",
-                 "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]",
-                 "logging_steps=1", "--quiet"])
+    overrides = ["adapter=null", f"model_name_or_path={sft_out}", "use_peft=false", f"data={teacher}", f"output_dir={out}",
+                 "mode=episode", "max_steps=2", "num_generations=2", "episode.every_k_turns=7", "per_device_train_batch_size=8",
+                 "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]", "logging_steps=1"]
+    code = main(["--config", TINY_CONFIG, *[a for kv in overrides for a in ("--set", kv)], "--quiet"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = orjson.loads(captured.out)

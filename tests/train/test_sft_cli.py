@@ -55,3 +55,15 @@ def test_sft_command_trains_and_prints_the_summary(run_cli, tmp_path, teacher, t
     summary = orjson.loads(stdout)  # stdout holds the result only; logs went to stderr
     assert summary["global_step"] == 2 and summary["output_dir"] == str(out) and summary["eval_loss_last"] is None
     assert "sft: 2 steps, train loss" in err and (out / "model.safetensors").exists()  # sft-tiny trains every weight
+
+
+def test_the_python_m_entry_takes_rhythm_sfts_set_syntax(capsys):
+    """``python -m rhythm.train.sft`` (what accelerate and Jobs run) reads ``--set key=value`` as ``rhythm sft``
+    does: a bad key is one line and exit 2, before anything heavy starts."""
+    from rhythm.train.sft import main
+
+    assert main(["--config", "configs/sft-tiny.yaml", "--set", "lora_rank=8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "rhythm sft: error: command line: unknown key 'lora_rank' for SFTRunConfig; did you mean 'lora_r'?"
+    assert main(["--config", "configs/sft-tiny.yaml", "--set", "jobs.timeout=90m", "--set", "data=/nonexistent.jsonl"]) == 2
+    assert capsys.readouterr().err.strip() == "rhythm sft: error: file not found: /nonexistent.jsonl"
