@@ -39,11 +39,6 @@ sft() {  # NAME MODEL DATA STEPS BATCH FIRST_TURNS [LR [--set key=value ...]]
     --set save_steps=100000 --set eval_steps=100000 "${@:8}" > "$WORK/r/$1.log" 2>&1
 }
 
-explore_data() {  # 960 weeks of the bayes teacher playing a random action at half the steps (seeds 10000-10959)
-  [ -f "$WORK/x960.jsonl" ] || $R generate --seeds 10000-10959 --output "$WORK/x960.jsonl" --concurrency "${CONCURRENCY:-2}" \
-    --quiet --set teacher_options.explore=0.5
-}
-
 stage2() {  # NAME STEPS [--set key=value ...]: whole weeks (batch 8, lr 1e-3) from Q's stage 1 (row Q first)
   sft "$1" "$WORK/r/Qa" "$WORK/t4800.jsonl" "$2" 8 null 1e-3 "${@:3}" && ev "$1" all
 }
@@ -84,13 +79,11 @@ row() {
     P3) two_stage P3 rhythm-tiny-4l 600 27 8 60 ;;
     S) two_stage S rhythm-tiny-4l 150 16 14 60 ;;
     Q) two_stage Q rhythm-tiny 600 27 8 60 ;;                                   # the quickstart's recipe until 2026-11-23
-    # stage 2 after Q's stage 1 (run row Q first): learning rate, schedule, steps, context noise, exploring weeks
+    # stage 2 after Q's stage 1 (run row Q first): learning rate, schedule, steps. Rows QN, QS (context_noise)
+    # and QX (the exploring teacher) ran knobs since removed; commit 6d1824e is the last that runs them.
     Q60) stage2 Q60 60 ;;                                                        # lr 1e-3 constant
     Q120) stage2 Q120 120 --set lr_scheduler_type=cosine ;;
     Q180) stage2 Q180 180 --set lr_scheduler_type=cosine ;;
-    QN) stage2 QN 120 --set lr_scheduler_type=cosine --set context_noise=0.5 --set context_noise_kind=nearby ;;
-    QS) stage2 QS 120 --set lr_scheduler_type=cosine --set context_noise=0.5 --set context_noise_kind=stale ;;
-    QX) explore_data && sft QX "$WORK/r/Qa" "$WORK/x960.jsonl" 120 8 null 1e-3 --set lr_scheduler_type=cosine && ev QX all ;;
     # GRPO (episode mode, 12 steps) from Q120 with a per-turn belief reward beside the week's score (row Q120 first)
     QG1|QG3) $R grpo --config configs/grpo-tiny-episode.yaml --data "$WORK/t4800.jsonl" --model "$WORK/r/Q120" --set adapter=null \
          -o "$WORK/r/$1" --quiet --set 'reward_funcs=[final_score,belief,format]' --set 'reward_weights=[1.0,1.0,0.1]' \

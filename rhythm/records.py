@@ -42,7 +42,7 @@ class StepRecord:
     reward: float
     meters: list[float]
     explored: bool = False
-    """The action was an exploring teacher's random one (written only when true)."""
+    """The action was not the agent's own choice (benchmarks/dagger_probe.py; written only when true)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)

@@ -66,7 +66,8 @@ class Decision:
     parse_ok: bool = True
     usage: dict[str, float] = field(default_factory=dict)
     explored: bool = False
-    """The action is an exploring teacher's random one, not its choice (see ``TeacherConfig.explore``)."""
+    """The action is not the agent's own choice (``benchmarks/dagger_probe.py`` plays the student's where
+    the teacher would not have); SFT leaves such ACTION lines out of the loss."""
 
 
 class Agent(Protocol):

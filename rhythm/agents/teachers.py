@@ -19,12 +19,11 @@ from rhythm.agents.posterior import ParticlePosterior, PosteriorConfig
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, METER_ABBREV, METERS
 from rhythm.env.dynamics import NEUTRAL_PARAMS, NOISE_SIGMA, make_params
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
-from rhythm.env.randomness import splitmix64_np, uniform_np
+from rhythm.env.randomness import splitmix64_np
 from rhythm.env.render import when
 from rhythm.protocol import format_ending
 
 _PLAN_SALT = np.uint64(0x504C414E)  # "PLAN"
-_EXPLORE_STREAM = 21
 
 
 @dataclass(frozen=True)
@@ -33,11 +32,6 @@ class TeacherConfig:
 
     posterior: PosteriorConfig = field(default_factory=PosteriorConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
-    explore: float = 0.0
-    """bayes only: share of steps where it plays a uniformly random action instead of its plan (seeded
-    per episode and step); its belief is still its posterior, and the step is recorded as ``explored``.
-    Weeks whose actions do not reveal the teacher's belief, for students that must read the person off
-    the evidence (SFT leaves explored actions out of the loss; docs/student.md). 1.0: every action random."""
 
 
 def spec_keys(episodes: list[EpisodeSpec]) -> np.ndarray:
@@ -168,14 +162,9 @@ class BayesAgent(_Planning):
         idx = post.sample(k, obs.t)
         rows = (np.arange(len(idx))[:, None] * post.particles.shape[1] + idx).ravel()
         values = self._plan(post.params.take(rows), obs)
-        explore = self.config.explore
-        if explore > 0:
-            roll = uniform_np(self.plan_keys, _EXPLORE_STREAM, 2 * obs.t)
-            pick = np.minimum((uniform_np(self.plan_keys, _EXPLORE_STREAM, 2 * obs.t + 1) * len(ACTIONS)).astype(np.int64), len(ACTIONS) - 1)
         out = []
         for i, v in enumerate(values):
             a = int(np.argmax(v))
-            explored = explore > 0 and bool(roll[i] < explore)
             b = tuple(round(float(x), 2) for x in mean[i])
             if obs.t == 0:
                 seen = "Start of the week: no anomalies yet, so the belief is the prior."
@@ -190,11 +179,8 @@ class BayesAgent(_Planning):
                 + f" (least sure about {uncertain})."
             )
             plan = _plan_sentence(v, a, self.config.planner.horizon, k, "posterior samples")
-            if explored:
-                plan += f" Exploring instead: {ACTIONS[int(pick[i])]}, chosen at random."
-                a = int(pick[i])
             text = "\n".join([seen, implied, belief_line, plan, format_ending(b, a)])
-            out.append(Decision(a, b, text, explored=explored))
+            out.append(Decision(a, b, text))
         self._prev_meters = obs.meters.copy()
         self._prev_belief = mean
         return out

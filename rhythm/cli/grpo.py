@@ -46,12 +46,12 @@ def grpo_command(
     from rhythm.train.grpo import GRPORunConfig, data_paths, run_grpo, validate
 
     given = {"adapter": adapter, "data": data, "mode": mode, "model_name_or_path": model, "output_dir": output_dir,
-             "max_steps": max_steps, "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None,
-             "hub_model_id": hub_model_id, "data_repo": data_repo, "push_to_hub": push_to_hub or None}
+             "max_steps": max_steps, "jobs.flavor": flavor, "resume_from_checkpoint": "latest" if resume else None,
+             "hub_model_id": hub_model_id, "jobs.data_repo": data_repo, "push_to_hub": push_to_hub or None}
     cfg = load_config(GRPORunConfig, config, opt.overrides(given, set_))
     cfg, repos = resolve_hub_repos("grpo", cfg, dry_run=dry_run)
     validate(cfg)
-    if cfg.flavor:
+    if cfg.jobs.flavor:
         from rhythm.train.jobs import JOB_PACKAGES
 
         submit_stage("grpo", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="adapter",

@@ -16,7 +16,7 @@ def resolve_hub_repos(stage: str, cfg: C, *, dry_run: bool) -> tuple[C, str | No
     from rhythm.errors import RhythmError
     from rhythm.train.repos import fill_hub_repos, repos_line
 
-    if dry_run and not getattr(cfg, "flavor", None):
+    if dry_run and not cfg.jobs.flavor:  # type: ignore[attr-defined]
         raise RhythmError("--dry-run describes a Hugging Face Jobs submission; add --flavor (e.g. a10g-large)")
     cfg, choices = fill_hub_repos(stage, cfg)
     return cfg, (repos_line(choices) if choices else None)
@@ -34,8 +34,9 @@ def submit_stage(stage: str, cfg: Any, data: list[str], *, dry_run: bool, lands:
     from rhythm.cli.ui import err_console
     from rhythm.train.jobs import JOB_PACKAGES, plan_job, submit_job
 
-    plan = plan_job(stage, cfg, run_repo=cfg.hub_model_id, data=data, data_repo=cfg.data_repo, flavor=cfg.flavor,
-                    timeout=cfg.timeout, namespace=cfg.namespace, private=cfg.hub_private,
+    jobs = cfg.jobs
+    plan = plan_job(stage, cfg, run_repo=cfg.hub_model_id, data=data, data_repo=jobs.data_repo, flavor=jobs.flavor,
+                    timeout=jobs.timeout, namespace=jobs.namespace, private=cfg.hub_private,
                     packages=tuple(packages) if packages is not None else JOB_PACKAGES)
     if repos:
         err_console.print(repos, markup=False, highlight=False, soft_wrap=True)
@@ -45,4 +46,4 @@ def submit_stage(stage: str, cfg: Any, data: list[str], *, dry_run: bool, lands:
         err_console.print("dry run: nothing was sent")
         return
     sys.stdout.write(f"{sub.job_id}\t{sub.url}\n")
-    err_console.print(f"submitted job {sub.job_id} on {cfg.flavor}: {sub.url}; the {lands} lands in {sub.run_repo}")
+    err_console.print(f"submitted job {sub.job_id} on {jobs.flavor}: {sub.url}; the {lands} lands in {sub.run_repo}")

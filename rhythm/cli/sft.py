@@ -44,12 +44,12 @@ def sft_command(
     from rhythm.train.sft import SFTRunConfig, data_paths, run_sft, validate
 
     given = {"data": data, "model_name_or_path": model, "output_dir": output_dir, "max_steps": max_steps,
-             "flavor": flavor, "resume_from_checkpoint": "latest" if resume else None, "hub_model_id": hub_model_id,
-             "data_repo": data_repo, "push_to_hub": push_to_hub or None}
+             "jobs.flavor": flavor, "resume_from_checkpoint": "latest" if resume else None, "hub_model_id": hub_model_id,
+             "jobs.data_repo": data_repo, "push_to_hub": push_to_hub or None}
     cfg = load_config(SFTRunConfig, config, opt.overrides(given, set_))
     cfg, repos = resolve_hub_repos("sft", cfg, dry_run=dry_run)
     validate(cfg)
-    if cfg.flavor:
+    if cfg.jobs.flavor:
         submit_stage("sft", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="model")
         return
     if repos:  # push_to_hub

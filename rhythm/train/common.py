@@ -30,6 +30,21 @@ C = TypeVar("C", bound="TrainRunConfig")
 
 
 @dataclass(frozen=True)
+class JobsConfig:
+    """Hugging Face Jobs: where ``rhythm sft|grpo --flavor`` runs the stage (read only when ``flavor`` is set)."""
+
+    flavor: str | None = None
+    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, a100-large, h100 ...); None = run here."""
+    timeout: str = "3h"
+    """Maximum wall time of the job (s/m/h/d suffix)."""
+    data_repo: str | None = None
+    """Dataset repo holding the data files (local files named in data are uploaded there first); defaults to
+    YOU/rhythm-teacher (whoami)."""
+    namespace: str | None = None
+    """Namespace to run the job in (default: hub_model_id's owner)."""
+
+
+@dataclass(frozen=True)
 class TrainRunConfig:
     """The fields ``rhythm sft`` and ``rhythm grpo`` share (names follow TRL's where one exists); each
     stage's config adds its own and sets its defaults (``SFTRunConfig``, ``GRPORunConfig``)."""
@@ -82,13 +97,8 @@ class TrainRunConfig:
     """Model repo for the result (user/name); with push_to_hub or a flavor it defaults to YOU/rhythm-STAGE (whoami)."""
     hub_private: bool = True
     """Create hub_model_id as a private repo when it does not exist."""
-    flavor: str | None = None
-    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, a100-large, h100 ...); None = run here."""
-    data_repo: str | None = None
-    """Jobs: dataset repo holding the data files (local files named in data are uploaded there first);
-    defaults to YOU/rhythm-teacher (whoami)."""
-    namespace: str | None = None
-    """Jobs: namespace to run the job in (default: hub_model_id's owner)."""
+    jobs: JobsConfig = field(default_factory=JobsConfig)
+    """Hugging Face Jobs settings (``jobs.flavor`` set: the stage runs there)."""
 
 
 def data_paths(cfg: TrainRunConfig) -> list[str]:
@@ -100,7 +110,7 @@ def check_hub_and_data(cfg: TrainRunConfig) -> None:
     """The checks both stages end with: a push needs its repo, and a local run needs its data files."""
     if cfg.push_to_hub and not cfg.hub_model_id:
         raise RhythmError("push_to_hub needs hub_model_id (user/name)")
-    if cfg.flavor is None:
+    if cfg.jobs.flavor is None:
         for path in data_paths(cfg):
             if path != "-" and not Path(path).is_file():
                 raise RhythmError(f"file not found: {path}")
@@ -239,19 +249,21 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
 
 def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
                printed: Callable[[dict[str, Any]], dict[str, Any]], doc: str | None = None) -> int:
-    """``python -m rhythm.train.STAGE [--config FILE] [key=value ...]``: the entry ``accelerate launch`` and
-    Hugging Face Jobs run. Prints ``printed(summary)`` as one JSON line (rank 0 only)."""
+    """``python -m rhythm.train.STAGE [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
+    Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints ``printed(summary)``
+    as one JSON line (rank 0 only)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog=f"python -m rhythm.train.{stage}", description=doc)
     parser.add_argument("--config", "-c", default=None, help=f"YAML config (fields of {cls.__name__})")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides (the command line wins)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override any config key (repeatable; dotted keys for sections), as rhythm STAGE --set")
     ns = parser.parse_args(argv)
     try:
         cfg = load_config(cls, ns.config, ns.overrides)
-        if cfg.flavor:
-            cfg = replace(cfg, flavor=None)  # already where it should run
+        if cfg.jobs.flavor:
+            cfg = replace(cfg, jobs=replace(cfg.jobs, flavor=None))  # already where it should run
         summary = run(cfg, quiet=ns.quiet)
     except RhythmError as err:
         print(f"rhythm {stage}: error: {err}", file=sys.stderr)

@@ -47,23 +47,10 @@ class DataOptions:
     """Train on the BELIEF/ACTION lines only (each reply re-rendered by the protocol)."""
     drop_parse_failures: bool = True
     """Leave out episodes with a reply that names no valid action."""
-    context_noise: float = 0.0
-    """Share of replies (after the first) whose BELIEF line is replaced by a random one that the loss
-    skips (their ACTION line is still learned). A teacher's belief changes little from step to step,
-    so on clean weeks copying the last belief is nearly free loss, and a student that learned to copy
-    never updates its own in free play (measured: docs/student.md); with beliefs in context that are
-    often noise, only the observations predict the next one. Needs strip_reasoning."""
     first_turns: int | None = None
     """Train on the first N turns of each week only (None: the whole week). A week's opening turns carry
     most of what there is to infer (the belief moves most early) at a fraction of the tokens, so a
     curriculum stage on openings is cheap; a model then needs whole weeks to learn the later turns."""
-    context_noise_kind: str = "uniform"
-    """What a noisy reply shows: ``uniform`` a random belief; ``nearby`` the teacher's own belief moved by
-    Gaussian noise of ``context_noise_sd`` (clipped to [0, 1]), the size of a student's own errors;
-    ``stale`` the teacher's belief of a random earlier turn, a belief that lags as a student's does. None
-    of them made free play better (measured: docs/student.md)."""
-    context_noise_sd: float = 0.1
-    """Standard deviation of ``nearby`` noise."""
 
 
 @dataclass
@@ -126,46 +113,24 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
     return replies, None
 
 
-def split_turns(
-    messages: list[dict[str, Any]], explored: list[bool], share: float, rng: random.Random,
-    kind: str = "uniform", sd: float = 0.1,
-) -> list[dict[str, Any]]:
-    """Say which part of each protocol-lines reply the loss learns, with ``context``/``after`` fields.
+def split_turns(messages: list[dict[str, Any]], explored: list[bool]) -> list[dict[str, Any]]:
+    """Keep the ACTION line of each ``explored`` step out of the loss, with ``context``/``after`` fields.
 
     An assistant message renders as ``context + content + after``; only ``content`` is learned (plus the
-    closing ``<|im_end|>`` when ``after`` is empty). A step played by an exploring teacher (``explored``)
-    keeps its random ACTION line out of the loss; with ``share`` > 0 (``context_noise``), that share of
-    the replies after the first shows a wrong BELIEF line (``kind``: uniform, nearby = the stated one plus
-    Gaussian noise of standard deviation ``sd``, or stale = an earlier turn's), also out of the loss. Every
-    message gets both fields (empty when unused), so the dataset has one schema.
+    closing ``<|im_end|>`` when ``after`` is empty). A step marked ``explored`` played an action that was not
+    its agent's choice (``benchmarks/dagger_probe.py`` writes such weeks), so its reply's BELIEF line is
+    learned and its ACTION line is context. Every message gets both fields, so the dataset has one schema.
     """
     out: list[dict[str, Any]] = []
     turn = 0
-    stated: list[list[float] | None] = []
     for m in messages:
         m = {**m, "context": None, "after": None}
         if m["role"] == "assistant":
-            parsed = parse_reply(m["content"])
-            stated.append(parsed.belief)
-            belief, _, action = format_ending(parsed.belief, parsed.action).partition("\n")
-            action = "\n" + action
-            noisy = turn > 0 and share > 0 and rng.random() < share
-            if noisy:
-                earlier = stated[rng.randrange(turn)] if kind == "stale" else None
-                if kind == "nearby" and parsed.belief is not None:
-                    shown = [min(1.0, max(0.0, round(b + rng.gauss(0.0, sd), 2))) for b in parsed.belief]
-                else:
-                    shown = earlier if earlier is not None else [round(rng.random(), 2) for _ in range(3)]
-                belief = format_ending(shown, parsed.action).partition("\n")[0]
-            learn_belief, learn_action = not noisy, not explored[turn]
-            if learn_belief and learn_action:
-                m.update(context="", content=belief + action, after="")
-            elif learn_belief:
-                m.update(context="", content=belief, after=action)
-            elif learn_action:
-                m.update(context=belief, content=action, after="")
+            belief, _, action = m["content"].partition("\n")
+            if explored[turn]:
+                m.update(context="", content=belief, after="\n" + action)
             else:
-                m.update(context=belief + action, content="", after="")
+                m.update(context="", after="")
             turn += 1
         out.append(m)
     return out
@@ -233,13 +198,11 @@ def build_examples(
                 report.episodes_kept += 1
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
             explored = [bool(step.get("explored", False)) for step in steps]
-            if options.context_noise > 0 or any(explored):
+            if any(explored):
                 if not options.strip_reasoning:
-                    raise RhythmError(f"{where}: explored steps and context_noise need strip_reasoning: true "
+                    raise RhythmError(f"{where}: explored steps need strip_reasoning: true "
                                       "(only the protocol lines can be split into learned and unlearned parts)")
-                messages = split_turns(messages, explored, options.context_noise,
-                                       random.Random(f"{options.seed}|{episode}|{len(rows)}"),
-                                       options.context_noise_kind, options.context_noise_sd)
+                messages = split_turns(messages, explored)
             rows.append(
                 {
                     "messages": messages,
@@ -321,8 +284,8 @@ def tokenize_examples(
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
                 if (observation_loss > 0 or echo) and any(m.get("context") or m.get("after") for m in example["messages"]):
-                    raise RhythmError(f"episode {example['episode']}: observation_loss or echo_loss would put the replies' unlearned "
-                                      "parts (context_noise, explored steps) in the loss; use one or the other")
+                    raise RhythmError(f"episode {example['episode']}: observation_loss or echo_loss would put the explored "
+                                      "steps' unlearned ACTION lines in the loss; use one or the other")
                 weights = week_weights(mask, observation_loss, echo_mask, echo_loss)
                 labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
                 kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights})

@@ -105,10 +105,10 @@ def main() -> int:
     folder = job_folder()
     output_dir = os.environ.get("RHYTHM_OUTPUT_DIR", "/tmp/rhythm-output")
     overrides = [
-        "data=" + ",".join(data_files()),
-        "output_dir=" + output_dir,
-        "push_to_hub=true",
-        "hub_model_id=" + os.environ["RHYTHM_OUTPUT_REPO"],
+        "--set", "data=" + ",".join(data_files()),
+        "--set", "output_dir=" + output_dir,
+        "--set", "push_to_hub=true",
+        "--set", "hub_model_id=" + os.environ["RHYTHM_OUTPUT_REPO"],
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder / "src"), os.environ.get("PYTHONPATH", "")]))
     module = ["-m", "rhythm.train." + STAGE, "--config", str(folder / "config.yaml"), *overrides]
@@ -246,7 +246,7 @@ def plan_job(
     uploads, names = [], []
     for item in data:
         if item == "-":
-            raise RhythmError("a job cannot read stdin; pass a data file (it is uploaded to data_repo)")
+            raise RhythmError("a job cannot read stdin; pass a data file (it is uploaded to jobs.data_repo)")
         path = Path(item)
         if path.is_file():
             uploads.append(str(path))
@@ -254,15 +254,15 @@ def plan_job(
         elif data_repo:
             names.append(item)  # a file already in data_repo
         else:
-            raise RhythmError(f"file not found: {item} (or set data_repo to read it from a Hub dataset repo)")
+            raise RhythmError(f"file not found: {item} (or set jobs.data_repo to read it from a Hub dataset repo)")
     if not data_repo:
-        raise RhythmError("a job reads its data from the Hub: set data_repo=user/name (local files are uploaded there)")
+        raise RhythmError("a job reads its data from the Hub: set jobs.data_repo=user/name (local files are uploaded there)")
     check_repo_id(data_repo, "data_repo")
 
     cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
     job_config = config_dict(cfg)
-    job_config.update({"data": ",".join(names), "flavor": None, "push_to_hub": True, "hub_model_id": run_repo,
-                       "resume_from_checkpoint": None})
+    job_config.update({"data": ",".join(names), "push_to_hub": True, "hub_model_id": run_repo, "resume_from_checkpoint": None})
+    job_config["jobs"] = {**job_config["jobs"], "flavor": None}  # the job runs where it is
     files = {
         f"{JOB_DIR}/run.py": run_script(stage, pinned_dependencies(packages)).encode(),
         f"{JOB_DIR}/config.yaml": yaml.safe_dump(job_config, sort_keys=False).encode(),

@@ -78,12 +78,13 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     Asks whoami only when something is missing; nothing is asked (and nothing reported) for a local
     run that pushes nowhere.
     """
-    flavor, push = getattr(cfg, "flavor", None), getattr(cfg, "push_to_hub", False)
+    jobs = cfg.jobs  # type: ignore[attr-defined]
+    flavor, push = jobs.flavor, getattr(cfg, "push_to_hub", False)
     if not flavor and not push:
         return cfg, []
     wanted: dict[str, str | None] = {"hub_model_id": cfg.hub_model_id}  # type: ignore[attr-defined]
     if flavor:
-        wanted["data_repo"] = cfg.data_repo  # type: ignore[attr-defined]
+        wanted["data_repo"] = jobs.data_repo
     adapter = getattr(cfg, "adapter", None)
     default_adapter = flavor and stage == "grpo" and adapter == _default_of(cfg, "adapter") and not Path(adapter).exists()
     missing = [k for k, v in wanted.items() if not v] + (["adapter"] if default_adapter else [])
@@ -103,6 +104,8 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     for key, label in (("hub_model_id", "hub_model_id (the run's model repo)"), ("data_repo", "data_repo")):
         if key in wanted:  # bad names fail here, before anything is said or sent
             check_repo_id(changes.get(key, wanted[key]), label)
+    if "data_repo" in changes:
+        changes["jobs"] = dataclasses.replace(jobs, data_repo=changes.pop("data_repo"))
     return (dataclasses.replace(cfg, **changes) if changes else cfg), choices  # type: ignore[type-var]
 
 

@@ -2,8 +2,8 @@
 
     rhythm sft --config configs/sft-tiny.yaml --data data/teacher_30ep.jsonl        # offline, CPU, minutes
     rhythm sft --config configs/sft.yaml --data data/teacher_30ep.jsonl             # Qwen2.5-3B, one GPU
-    accelerate launch -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl  # several GPUs
-    torchrun --standalone --nproc_per_node 2 -m rhythm.train.sft --config configs/sft-tiny.yaml data=...  # CPU DDP
+    accelerate launch -m rhythm.train.sft --config configs/sft.yaml --set data=data/x.jsonl  # several GPUs
+    torchrun --standalone --nproc_per_node 2 -m rhythm.train.sft --config configs/sft-tiny.yaml --set data=...  # CPU DDP
     rhythm sft --flavor a10g-large          # Hugging Face Jobs: model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
 
 Each teacher episode is one example: the whole week as one conversation (protocol v2; see
@@ -32,7 +32,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from rhythm.errors import RhythmError
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.common import (
     LOG_NAME,
+    JobsConfig,
     TrainRunConfig,
     check_hub_and_data,
     data_paths,
@@ -85,15 +86,6 @@ class SFTRunConfig(TrainRunConfig):
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
     """Leave out teacher steps whose reply has no valid ACTION."""
-    context_noise: float = 0.0
-    """Share of replies shown with a random belief as context only (no loss), so the student learns to
-    infer from the evidence instead of copying its last belief (needs strip_reasoning and a chat
-    template that honours a message's ``train`` flag, as the tiny student's does; docs/student.md)."""
-    context_noise_kind: str = "uniform"
-    """What a noisy reply shows: uniform (a random belief), nearby (the teacher's belief plus Gaussian noise of
-    context_noise_sd) or stale (the teacher's belief of a random earlier turn); docs/student.md."""
-    context_noise_sd: float = 0.1
-    """Standard deviation of nearby noise."""
     observation_loss: float = 0.0
     """Weight of the rest of the week (observations, system prompt, chat markup) in the loss beside the
     replies' 1: 0 = assistant-only; 1 = every token. Predicting the next observation makes a from-scratch
@@ -132,9 +124,9 @@ class SFTRunConfig(TrainRunConfig):
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
     output_dir: str = "runs/sft"
     """Adapter, tokenizer, checkpoints, training_log.jsonl and the effective config go here."""
-    # --- Hub and Hugging Face Jobs
-    timeout: str = "3h"
-    """Jobs: maximum wall time (s/m/h/d suffix)."""
+    # --- Hugging Face Jobs
+    jobs: JobsConfig = field(default_factory=lambda: JobsConfig(timeout="3h"))
+    """Hugging Face Jobs settings; ``jobs.flavor`` set = the run is submitted there (3 h wall time by default)."""
 
 
 def validate(cfg: SFTRunConfig) -> None:
@@ -153,20 +145,10 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
     if cfg.first_turns is not None and cfg.first_turns < 1:
         raise RhythmError(f"first_turns must be >= 1 or null, got {cfg.first_turns}")
-    if not 0.0 <= cfg.context_noise < 1.0:
-        raise RhythmError(f"context_noise must be in [0, 1), got {cfg.context_noise}")
-    if cfg.context_noise_kind not in ("uniform", "nearby", "stale"):
-        raise RhythmError(f"context_noise_kind must be uniform, nearby or stale, got {cfg.context_noise_kind!r}")
-    if cfg.context_noise_sd < 0:
-        raise RhythmError(f"context_noise_sd must be >= 0, got {cfg.context_noise_sd}")
     if not 0.0 <= cfg.observation_loss <= 1.0:
         raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
     if cfg.echo_loss is not None and not 0.0 <= cfg.echo_loss <= 1.0:
         raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
-    if (cfg.observation_loss > 0 or cfg.echo_loss) and cfg.context_noise > 0:
-        raise RhythmError("observation_loss and context_noise cannot be combined, nor echo_loss and context_noise (the noisy replies would enter the loss)")
-    if cfg.context_noise > 0 and not cfg.strip_reasoning:
-        raise RhythmError("context_noise rewrites the BELIEF lines of earlier replies; it needs strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
     if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
@@ -374,9 +356,9 @@ def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rhythm.train.sft [--config FILE] [key=value ...]``: the entry ``accelerate launch`` runs.
+    """``python -m rhythm.train.sft [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` runs.
 
-        accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml data=data/x.jsonl
+        accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml --set data=data/x.jsonl
     """
     return entry_main("sft", SFTRunConfig, run_sft, argv, without({"data"}), main.__doc__)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rhythm.agents.planner import PlannerConfig
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.eval.evaluate import EvalConfig, evaluate
 
@@ -88,5 +89,5 @@ def test_a_shared_played_cache_plays_each_scripted_agent_once_with_the_same_resu
     seeds = [0, 1, 2]
     assert played_key(first, "model:runs/x", "in-dist", seeds) is None and played_key(first, "openai:gpt", "in-dist", seeds) is None
     # other teacher settings are other episodes
-    other = EvalConfig(agent="bayes", teacher=TeacherConfig(explore=0.5))
+    other = EvalConfig(agent="bayes", teacher=TeacherConfig(planner=PlannerConfig(horizon=2)))
     assert played_key(other, "bayes", "in-dist", seeds) != played_key(first, "bayes", "in-dist", seeds)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
@@ -68,24 +67,3 @@ def test_baselines_are_deterministic_and_state_no_belief() -> None:
     assert len({s.action for r in rand for s in r.steps}) >= 8
 
 
-@pytest.mark.slow
-def test_exploring_bayes_plays_random_actions_but_keeps_its_posterior() -> None:
-    """explore=1: every step is a seeded random action, recorded as explored; explore=0 (the default)
-    records nothing extra; the belief is the posterior either way, and the run is deterministic."""
-    from rhythm.agents.teachers import BayesAgent, TeacherConfig
-
-    specs = [EpisodeSpec("in-dist", "train", s) for s in range(4)]
-    plain = play(make_agent("bayes"), specs)
-    assert not any(s.explored for r in plain for s in r.steps)
-    assert all("explored" not in s for r in plain for s in r.to_dict()["steps"])
-    wild = [play(BayesAgent(TeacherConfig(explore=1.0)), specs) for _ in range(2)]
-    assert [_strip(r) for r in wild[0]] == [_strip(r) for r in wild[1]]
-    steps = [s for r in wild[0] for s in r.steps]
-    assert all(s.explored for s in steps) and all(s.to_dict()["explored"] is True for s in steps)
-    assert len({s.action for s in steps}) >= 8  # uniform over the ten actions, not the plan
-    for s in steps:
-        parsed = parse_reply(s.response)
-        assert parsed.ok and parsed.action_name == s.action and list(parsed.belief) == s.belief
-        assert "Exploring instead" in s.response
-    half = [s.explored for r in play(BayesAgent(TeacherConfig(explore=0.5)), specs) for s in r.steps]
-    assert 0.3 < sum(half) / len(half) < 0.7

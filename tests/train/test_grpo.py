@@ -55,7 +55,7 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
         (["--max-steps", "0"], "max_steps must be positive or -1"),
         (["--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
-        (["--flavor", "a10g-large", "--set", "hub_model_id=me/x", "--set", "data_repo=me/d"], "a job cannot read the local adapter"),
+        (["--flavor", "a10g-large", "--set", "hub_model_id=me/x", "--set", "jobs.data_repo=me/d"], "a job cannot read the local adapter"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, message):
@@ -76,7 +76,7 @@ def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, messa
 
 def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     args = ["grpo", "--config", str(REPO / "rhythm" / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
-            "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "data_repo=tester/rhythm-teacher"]
+            "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "jobs.data_repo=tester/rhythm-teacher"]
     code, out, err = run_cli(*args, "--dry-run")
     assert code == 0, err
     spec = orjson.loads(out)
@@ -93,12 +93,12 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
 
     cfg = load_config(GRPORunConfig, REPO / "rhythm" / "configs" / "grpo.yaml", {"adapter": "tester/rhythm-sft", "data": str(teacher)})
     plan = plan_job("grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
-                    flavor="a10g-large", timeout=cfg.timeout)
+                    flavor="a10g-large", timeout=cfg.jobs.timeout)
     assert 'STAGE = "grpo"' in plan.files["rhythm_job/run.py"].decode()
     assert "rhythm_job/src/rhythm/train/grpo/__main__.py" in plan.files and "rhythm_job/src/rhythm/train/grpo/rewards.py" in plan.files
     job_cfg = load_config(GRPORunConfig, None, yaml.safe_load(plan.files["rhythm_job/config.yaml"]))
     assert job_cfg.adapter == "tester/rhythm-sft" and job_cfg.data == "teacher.jsonl" and job_cfg.push_to_hub
-    assert job_cfg.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct" and job_cfg.flavor is None
+    assert job_cfg.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct" and job_cfg.jobs.flavor is None
 
     # use_vllm pins vllm in the job script, so it must be installed here
     from importlib.util import find_spec
@@ -109,7 +109,7 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     else:  # pragma: no cover - a machine with vllm
         assert code == 0 and any(line.startswith("#   \"vllm==") for line in plan_job(
             "grpo", cfg, run_repo="tester/rhythm-grpo", data=[str(teacher)], data_repo="tester/rhythm-teacher",
-            flavor="a10g-large", timeout=cfg.timeout, packages=("vllm",)).files["rhythm_job/run.py"].decode().splitlines())
+            flavor="a10g-large", timeout=cfg.jobs.timeout, packages=("vllm",)).files["rhythm_job/run.py"].decode().splitlines())
 
 
 @pytest.mark.parametrize("name", ["grpo.yaml", "grpo-tiny.yaml", "grpo-tiny-episode.yaml"])
@@ -232,11 +232,10 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
 
     sft_out = sft_model
     out = tmp_path / "episode"
-    code = main(["--config", TINY_CONFIG, "adapter=null", f"model_name_or_path={sft_out}", "use_peft=false",
-                 f"data={teacher}", f"output_dir={out}", "mode=episode",
-                 "max_steps=2", "num_generations=2", "episode.every_k_turns=7", "per_device_train_batch_size=8",
-                 "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]",
-                 "logging_steps=1", "--quiet"])
+    overrides = ["adapter=null", f"model_name_or_path={sft_out}", "use_peft=false", f"data={teacher}", f"output_dir={out}",
+                 "mode=episode", "max_steps=2", "num_generations=2", "episode.every_k_turns=7", "per_device_train_batch_size=8",
+                 "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]", "logging_steps=1"]
+    code = main(["--config", TINY_CONFIG, *[a for kv in overrides for a in ("--set", kv)], "--quiet"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = orjson.loads(captured.out)

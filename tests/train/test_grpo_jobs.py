@@ -22,7 +22,7 @@ def test_job_script_runs_grpo_from_a_hub_adapter_and_pushes(hub, tmp_path, teach
     code, out, err = rhythm(
         hub, tmp_path, "grpo", "--config", TINY_CONFIG, "--adapter", "tester/rhythm-sft", "--set", "model_name_or_path=null",
         "--data", str(teacher),
-        "--flavor", "cpu-basic", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "data_repo=tester/rhythm-teacher",
+        "--flavor", "cpu-basic", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "jobs.data_repo=tester/rhythm-teacher",
         "--set", "hub_private=false", "--max-steps", "2", "--set", "num_generations=4",
         "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=16", "--set", "logging_steps=1",
         "--set", "step.strip_reasoning=true")

@@ -16,7 +16,7 @@ from ..fakehub import FakeHub
 from .helpers import REPO, rhythm, write_episodes
 
 JOB = ["sft", "--config", str(REPO / "rhythm" / "configs" / "sft.yaml"), "--flavor", "a10g-large",
-       "--set", "hub_model_id=tester/rhythm-sft", "--set", "data_repo=tester/rhythm-teacher"]
+       "--set", "hub_model_id=tester/rhythm-sft", "--set", "jobs.data_repo=tester/rhythm-teacher"]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_flavor_submits_a_job_with_flavor_secret_and_env(hub, tmp_path, teacher)
 
 
 def test_private_run_repo_is_mounted_not_fetched(hub, tmp_path, teacher):
-    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--set", "timeout=90m")
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--set", "jobs.timeout=90m")
     assert code == 0, err
     (spec,) = [v["spec"] for v in hub.jobs.values()]
     revision = spec["environment"]["RHYTHM_JOB_REVISION"]

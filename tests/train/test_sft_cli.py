@@ -32,7 +32,7 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no checkpoint-N folder in"),
         (["--data", "{v1}"], "v1.jsonl:1: record is text protocol v1, this rhythm speaks v2"),
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
-        (["--data", "{teacher}", "--set", "context_noise_kind=loud"], "context_noise_kind must be uniform, nearby or stale"),
+        (["--data", "{teacher}", "--set", "context_noise=0.5"], "unknown key 'context_noise' for SFTRunConfig"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, tiny_student, args, message):
@@ -55,3 +55,15 @@ def test_sft_command_trains_and_prints_the_summary(run_cli, tmp_path, teacher, t
     summary = orjson.loads(stdout)  # stdout holds the result only; logs went to stderr
     assert summary["global_step"] == 2 and summary["output_dir"] == str(out) and summary["eval_loss_last"] is None
     assert "sft: 2 steps, train loss" in err and (out / "model.safetensors").exists()  # sft-tiny trains every weight
+
+
+def test_the_python_m_entry_takes_rhythm_sfts_set_syntax(capsys):
+    """``python -m rhythm.train.sft`` (what accelerate and Jobs run) reads ``--set key=value`` as ``rhythm sft``
+    does: a bad key is one line and exit 2, before anything heavy starts."""
+    from rhythm.train.sft import main
+
+    assert main(["--config", "configs/sft-tiny.yaml", "--set", "lora_rank=8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "rhythm sft: error: command line: unknown key 'lora_rank' for SFTRunConfig; did you mean 'lora_r'?"
+    assert main(["--config", "configs/sft-tiny.yaml", "--set", "jobs.timeout=90m", "--set", "data=/nonexistent.jsonl"]) == 2
+    assert capsys.readouterr().err.strip() == "rhythm sft: error: file not found: /nonexistent.jsonl"

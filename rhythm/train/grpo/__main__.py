@@ -1,4 +1,4 @@
-"""``python -m rhythm.train.grpo [--config FILE] [key=value ...]``: the entry ``accelerate launch`` and
+"""``python -m rhythm.train.grpo [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
 Hugging Face Jobs run (``rhythm grpo`` is the command for everything else)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rhythm.train.grpo.trainer import run_grpo
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rhythm.train.grpo [--config FILE] [key=value ...]``: the entry ``accelerate launch`` and jobs run."""
+    """``python -m rhythm.train.grpo [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and jobs run."""
     return entry_main("grpo", GRPORunConfig, run_grpo, argv, without(()), main.__doc__)
 
 

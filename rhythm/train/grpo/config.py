@@ -10,7 +10,7 @@ from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import looks_local
 from rhythm.seeds import parse_seeds
-from rhythm.train.common import TrainRunConfig, check_hub_and_data, data_paths
+from rhythm.train.common import JobsConfig, TrainRunConfig, check_hub_and_data, data_paths
 from rhythm.train.grpo.rewards import REWARD_FUNCS
 
 MODES = ("step", "branch", "episode")
@@ -132,9 +132,9 @@ class GRPORunConfig(TrainRunConfig):
     probe_states: int = 32
     """Fixed states the policy is probed on at every logging step (probe/kl, probe/action_changed,
     probe/belief_shift in training_log.jsonl); 0 = no probe."""
-    # --- Hub and Hugging Face Jobs
-    timeout: str = "4h"
-    """Jobs: maximum wall time (s/m/h/d suffix)."""
+    # --- Hugging Face Jobs
+    jobs: JobsConfig = field(default_factory=lambda: JobsConfig(timeout="4h"))
+    """Hugging Face Jobs settings; ``jobs.flavor`` set = the run is submitted there (4 h wall time by default)."""
 
 
 def _adapter_looks_local(path: str) -> bool:
@@ -209,13 +209,13 @@ def validate(cfg: GRPORunConfig) -> None:
         )
     if cfg.mode == "branch" and cfg.step.use_vllm:
         raise RhythmError("branch mode plays weeks with the trained model itself; step.use_vllm applies to step mode only")
-    if cfg.mode == "step" and cfg.step.use_vllm and not cfg.flavor:
+    if cfg.mode == "step" and cfg.step.use_vllm and not cfg.jobs.flavor:
         from importlib.util import find_spec
 
         if find_spec("vllm") is None:
             raise RhythmError("use_vllm needs vllm installed (pip install 'rhythm[vllm]', on a CUDA machine)")
     check_hub_and_data(cfg)
-    if cfg.flavor is None:
+    if cfg.jobs.flavor is None:
         if cfg.adapter and _adapter_looks_local(cfg.adapter) and not Path(cfg.adapter).expanduser().is_dir():
             raise RhythmError(f"adapter not found: {cfg.adapter} (the output_dir of rhythm sft, or a Hub repo id)")
     elif cfg.adapter and Path(cfg.adapter).expanduser().exists():
