@@ -191,10 +191,10 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     """Prompts, policy, reward functions and ``GRPOTrainer``, ready to ``train``."""
     say = say or (lambda msg: None)
     validate(cfg)
-    cfg = start_from_full_weights(cfg, say)
     resume = resume_path(cfg)
     if not has_rollouts(cfg):  # the data first: a bad record fails in a second, before torch is imported
         rows, report = build_rows(cfg)
+    cfg = start_from_full_weights(cfg, say)
     out = prepare_output_dir(cfg, resuming=resume is not None)
 
     import torch
