@@ -377,16 +377,19 @@ def test_empty_or_cut_reply_is_reasked_then_a_counted_fallback(tmp_path: Path, o
     assert rec["score"]["parse_failures"] == 1 and summary.parse_failures == 1 and summary.extra["re-asks"] == 1
 
 
-def test_retry_after_beyond_the_clients_cap_falls_back_to_its_own_backoff(tmp_path: Path, openai_key: str) -> None:
-    """A Retry-After of an hour is not obeyed (the client caps what it honours): the request is retried
-    after the client's own short backoff, counted, and the episode finishes."""
+def test_retry_after_beyond_the_clients_cap_fails_the_episode_at_once(tmp_path: Path, openai_key: str) -> None:
+    """A Retry-After of an hour is beyond what the client waits (120 s): it does not retry and does not
+    sleep; the episode fails into the errors file and the other episodes finish."""
     def handler(seen):
         return Fail(429, "slow down", "rate_limit_exceeded", {"retry-after": "3600"}) if seen.n == 0 else None
 
     with FakeOpenAI(api_key=KEY, handler=handler) as server:
-        summary = _run(_cfg(server, tmp_path))
-    assert [s.status for s in server.seen[:2]] == [429, 200] and server.seen[1].retry_count == 1
-    assert summary.episodes == 1 and summary.extra["retries"].startswith("1 (429: 1, 5xx: 0")
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-1"), concurrency=1))
+    assert server.seen[0].status == 429 and all(s.retry_count == 0 for s in server.seen)
+    assert len(server.seen) == 1 + 28 and summary.episodes == 1 and summary.failed == 1
+    assert [r["seed"] for r in _records(tmp_path / "t.jsonl")] == [1]
+    (err,) = _records(errors_path(tmp_path / "t.jsonl"))
+    assert (err["seed"], err["step"], err["status"]) == (0, 0, 429) and "slow down" in err["reason"]
 
 
 # ---------------------------------------------------------------------------------------------------
