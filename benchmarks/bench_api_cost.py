@@ -31,9 +31,8 @@ from _common import report  # noqa: E402
 
 def week_requests(weeks: int) -> list[list[tuple[list[dict], str]]]:
     """Each bayes week as its 28 requests: (the conversation sent, the reply)."""
-    from rhythm.agents.episodes import play
-
     from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
     from rhythm.agents.registry import make_agent
     from rhythm.protocol import record_conversation
 

@@ -125,12 +125,15 @@ class Seen:
 @dataclass
 class Reply:
     """Answer 200 with this text (``text=None``: a null content; ``usage=None``: no usage field;
-    ``cached`` set: ``usage.prompt_tokens_details.cached_tokens``)."""
+    ``cached`` set: ``usage.prompt_tokens_details.cached_tokens``;
+    ``no_choices``: an empty ``choices`` list)."""
 
     text: str | None
     usage: tuple[int, int] | None = (100, 20)
     delay: float = 0.0
     cached: int | None = None
+    finish_reason: str = "stop"
+    no_choices: bool = False
 
 
 @dataclass
@@ -278,7 +281,8 @@ class FakeOpenAI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": seen.body.get("model", "fake"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
+            "choices": [] if reply.no_choices else [
+                {"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": reply.finish_reason}],
         }
         if reply.usage is not None:
             p, c = reply.usage

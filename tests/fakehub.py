@@ -11,7 +11,8 @@ It implements just what rhythm's Hub code calls, the way the Hub answers it:
 - ``POST /api/jobs/{ns}`` and ``GET /api/jobs/{ns}/{id}`` (Jobs: the spec is stored as received)
 
 Every request is recorded (method, path, headers, body) so a test can assert what the client sent,
-and which token it sent. Point the client at it with ``HF_ENDPOINT`` *before* ``huggingface_hub`` is
+and which token it sent. :meth:`FakeHub.fail` makes requests to a route answer an error status instead,
+as a Hub that is down, rate-limiting or refusing would. Point the client at it with ``HF_ENDPOINT`` *before* ``huggingface_hub`` is
 imported (it reads the variable once), plus ``HF_HUB_DISABLE_TELEMETRY=1``, ``HF_HUB_DISABLE_XET=1``,
 a temp ``HF_HOME`` and ``NO_PROXY=127.0.0.1``: :meth:`FakeHub.env` returns exactly that.
 """
@@ -67,6 +68,7 @@ class FakeHub:
         self.requests: list[Request] = []
         self.repos: dict[tuple[str, str], Repo] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.faults: list[tuple[str, str | None, int, str]] = []
         self.lock = threading.Lock()
         hub = self
 
@@ -134,6 +136,11 @@ class FakeHub:
     def requests_to(self, fragment: str, method: str | None = None) -> list[Request]:
         return [r for r in self.requests if fragment in r.path and (method is None or r.method == method)]
 
+    def fail(self, fragment: str, status: int, message: str, method: str | None = None) -> None:
+        """From now on, answer requests whose path contains ``fragment`` (and method, if given) with
+        ``status`` and the Hub's JSON error body."""
+        self.faults.append((fragment, method, status, message))
+
     def _authorized(self, req: Request) -> bool:
         return req.headers.get("authorization") == f"Bearer {self.token}"
 
@@ -147,6 +154,9 @@ class FakeHub:
     # ---------------------------------------------------------------- routes
     def route(self, req: Request) -> tuple[int, dict[str, str], bytes]:
         p = req.path
+        for fragment, method, status, message in self.faults:
+            if fragment in p and method in (None, req.method):
+                return self._json(status, {"error": message})
         if p == "/api/whoami-v2":
             if not self._authorized(req):
                 return self._json(401, {"error": "Invalid credentials in Authorization header"})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 
@@ -48,6 +50,29 @@ def test_broken_jsonl_line_names_file_and_line(run_cli, tmp_path: Path) -> None:
     bad.write_text('{"schema": 1}\n')
     code, _, err = run_cli("reeval", "--jsonl", str(bad))
     assert code == 2 and f"{bad}:1: episode record lacks" in err
+
+
+def test_rhythm_debug_shows_the_traceback_instead_of_one_line(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "rhythm.cli.main", "generate", "--seeds", "5-x", "--output", str(tmp_path / "t.jsonl")]
+    plain = subprocess.run(cmd, capture_output=True, text=True)
+    debug = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RHYTHM_DEBUG": "1"})
+    assert plain.returncode == 2 and plain.stderr.splitlines() == [
+        "rhythm: error: malformed seed range '5-x' at '5-x'; expected e.g. 0-29 or 0,5,9"]
+    assert debug.returncode == 1 and debug.stderr.startswith("Traceback (most recent call last):")
+    assert debug.stderr.rstrip().splitlines()[-1] == "rhythm.errors.RhythmError: malformed seed range '5-x' at '5-x'; expected e.g. 0-29 or 0,5,9"
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_reader_that_stops_early_ends_generate_quietly(tmp_path: Path) -> None:
+    """``rhythm generate --output - | head -1``: the reader gets one whole record, and generate stops on
+    the closed pipe with exit 1 and no traceback (not after playing every seed)."""
+    err = tmp_path / "err.txt"
+    script = (f"{sys.executable} -m rhythm.cli.main generate --seeds 0-999 --output - --quiet 2>{err} | head -1; "
+              "echo ${PIPESTATUS[0]} >&2")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    first = orjson.loads(done.stdout)  # one whole line, and only one
+    assert first["seed"] == 0 and len(first["steps"]) == 28 and done.stdout.count("\n") == 1
+    assert done.stderr.strip() == "1" and err.read_text() == ""
 
 
 def test_help_does_not_import_torch() -> None:

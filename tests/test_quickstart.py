@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 
 import rhythm.quickstart
 from rhythm.env.constants import ENV_VERSION
 from rhythm.locking import lock_path, output_lock
-from rhythm.quickstart import QuickstartConfig, file_digest, quickstart, run_stage
+from rhythm.quickstart import STAMP, QuickstartConfig, file_digest, quickstart, run_stage
 from tests.shared import QUICKSTART_MINI as MINI
+
+RHYTHM = [sys.executable, "-m", "rhythm.cli.main"]
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -65,11 +71,56 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
             quickstart(cfg, say=stop_after_generate, quiet=True)
     assert f"[generate] env version changed ({ENV_VERSION} -> rhythm-v999): rerunning" in said
 
+    # Killed mid-stage and started again: the same figures. A changed logging interval (no effect on any
+    # weight) makes SFT and what follows run again; the run is killed while SFT trains. Meanwhile a
+    # second quickstart on the folder is refused at once, and a third waits for the lock, then resumes.
+    _killed_mid_sft_then_resumed(out, tmp_path, {**MINI, "sft": {**MINI["sft"], "logging_steps": 2}})
+    resumed = orjson.loads((out / "summary.json").read_bytes())
+    assert {s["name"]: s["reused"] for s in resumed["stages"]}["sft"] is False
+    as_written = orjson.loads(orjson.dumps(first))  # the summary as summary.json holds it (lists, not tuples)
+    assert resumed["students"] == as_written["students"] and resumed["grpo_minus_sft"] == as_written["grpo_minus_sft"]
+
     # more teacher seeds: data changes, so SFT and everything after it run again
     third = quickstart(QuickstartConfig(out=cfg.out, **{**MINI, "seeds": "0-6"}), say=said.append, quiet=True)
     reused = {s["name"]: s["reused"] for s in third["stages"]}
     assert not reused["generate"] and not reused["sft-openings"] and not reused["sft"] and not reused["grpo"] and not reused["eval sft in-dist"]
     assert len((out / "data/teacher.jsonl").read_bytes().splitlines()) == 7
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen) -> None:
+    while not condition():
+        assert proc.poll() is None, f"the quickstart ended before {what}"
+        time.sleep(0.05)
+
+
+def _killed_mid_sft_then_resumed(out: Path, tmp_path: Path, config: dict) -> None:
+    cfg_file = tmp_path / "killed.yaml"
+    cfg_file.write_text(yaml.safe_dump(config))
+    cmd = [*RHYTHM, "quickstart", "--config", str(cfg_file), "--out", str(out), "--quiet"]
+    first_err, waiter_err = tmp_path / "first.err", tmp_path / "waiter.err"
+    with first_err.open("w") as err:
+        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    waiter: subprocess.Popen | None = None
+    try:
+        _wait_for(lambda: "[generate]" in first_err.read_text(), "it held the lock", first)  # said once it holds it
+        before = file_digest(out / "data")
+        refused = subprocess.run(cmd, capture_output=True, text=True)
+        assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+        assert "is being written by another rhythm run" in refused.stderr and file_digest(out / "data") == before
+        with waiter_err.open("w") as err:
+            waiter = subprocess.Popen([*cmd, "--wait-lock"], stdout=subprocess.DEVNULL, stderr=err)
+        _wait_for(lambda: "waiting for the other run" in waiter_err.read_text(), "the waiter waited", waiter)
+        log = out / "sft" / "training_log.jsonl"  # the stale SFT folder (and its stamp) deleted, training begun
+        _wait_for(lambda: not (out / "sft" / STAMP).exists() and log.exists() and log.stat().st_size > 0,
+                  "SFT was training", first)
+        first.kill()
+        first.wait()
+        assert waiter.wait() == 0, waiter_err.read_text()
+    finally:
+        for proc in (first, waiter):  # never leave one behind, even when the test fails
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> None:

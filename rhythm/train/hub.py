@@ -59,9 +59,25 @@ def check_repo_id(repo_id: str | None, what: str = "--repo") -> str:
     return repo_id
 
 
+def hub_error_line(err: Exception) -> str:
+    """One line for an error of the Hub client: status, reason and the Hub's own message (the client's
+    text spreads them over several lines, and for some statuses its first line holds neither)."""
+    response = getattr(err, "response", None)
+    status = getattr(response, "status_code", None)
+    if status is None:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        return lines[0] if lines else type(err).__name__
+    said = " ".join(str(getattr(err, "server_message", None) or "").split())
+    line = f"{status} {getattr(response, 'reason_phrase', '')}".strip() + (f": {said}" if said else "")
+    if status in (401, 403):
+        return f"{line}; check the token (HF_TOKEN or `hf auth login`) and its write access"
+    if status == 429 or status >= 500:
+        return f"{line}; try again later"
+    return line
+
+
 def _hub_error(err: Exception, what: str) -> RhythmError:
-    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-    return RhythmError(f"{what} failed: {msg}")
+    return RhythmError(f"{what} failed: {hub_error_line(err)}")
 
 
 # ----------------------------------------------------------------------------- episode statistics

@@ -42,7 +42,7 @@ import yaml
 import rhythm
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
-from rhythm.train.hub import check_repo_id, require_token, upload
+from rhythm.train.hub import check_repo_id, hub_error_line, require_token, upload
 
 JOB_DIR = "rhythm_job"
 MOUNT_PATH = "/rhythm-run"
@@ -345,6 +345,5 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
         else:
             job = api.run_uv_job(spec["command"][-1], image=plan.image, **common)
     except HfHubHTTPError as err:
-        msg = str(err).splitlines()[0]
-        raise RhythmError(f"submitting the {plan.stage} job failed: {msg}") from None
+        raise RhythmError(f"submitting the {plan.stage} job failed: {hub_error_line(err)}") from None
     return Submission(job.id, job.url, plan.run_repo, revision, redact(spec))

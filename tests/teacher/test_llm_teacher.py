@@ -313,6 +313,85 @@ def test_consecutive_failures_stop_the_run(tmp_path: Path, openai_key: str) -> N
     assert len(_records(errors_path(tmp_path / "t.jsonl"))) == 2
 
 
+@pytest.mark.parametrize(
+    "fail, needle",
+    [
+        (Fail(429, "You exceeded your current quota", "insufficient_quota"), "says the quota is used up (429 insufficient_quota): check billing"),
+        (Fail(400, "Unsupported value: 'temperature'", "unsupported_value"), "rejected the request (400): check llm settings"),
+        (Fail(422, "Unprocessable entity"), "rejected the request (422): check llm settings"),
+        (Fail(403, "Project does not have access", "model_not_found"), "denied access (403 Forbidden): check the key's or identity's permissions"),
+    ],
+    ids=["429-insufficient_quota", "400", "422", "403"],
+)
+def test_fatal_statuses_stop_the_run_with_one_line_and_keep_what_was_written(tmp_path, openai_key, run_cli, fail, needle) -> None:
+    """Seed 0 is played, then every request fails: the run stops (nothing retried past the client's own
+    429 retry, no further episode), one line, exit 2, and seed 0's record stays whole."""
+    out = tmp_path / "f.jsonl"
+    with FakeOpenAI(api_key=KEY, handler=lambda s: fail if s.n >= 28 else None) as server:
+        code, stdout, err = run_cli("generate", "--teacher", "openai", "--model", "m", "--base-url", server.base_url,
+                                    "--seeds", "0-3", "--concurrency", "1", "--output", str(out), "--quiet",
+                                    "--set", "llm.max_retries=1")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("rhythm: error:") and needle in lines[0], err
+    assert fail.message in lines[0]
+    assert len(server.seen) == 28 + 1 + (fail.status == 429)  # the client retries a 429 once (max_retries 1), no other
+    assert [r["seed"] for r in _records(out)] == [0]
+    _no_secret_anywhere(tmp_path, KEY, text=err + stdout)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_connection_refused_fails_episodes_and_keeps_the_finished_ones(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY) as server:
+        _run(_cfg(server, tmp_path, seeds="0"))
+    cfg = GenerateConfig(teacher="openai", seeds="0-5", output=str(tmp_path / "t.jsonl"), resume=True,
+                         llm=LLMConfig(model="m", base_url=f"http://127.0.0.1:{_closed_port()}/v1", max_retries=1,
+                                       max_consecutive_failures=2))
+    summary = _run(cfg)
+    assert summary.skipped == 1 and summary.episodes == 0 and summary.failed == 2
+    assert "2 episodes failed in a row" in summary.stopped
+    assert [r["seed"] for r in _records(tmp_path / "t.jsonl")] == [0]  # what was there stays
+    errors = _records(errors_path(tmp_path / "t.jsonl"))
+    assert [(e["seed"], e["step"], e["error"]) for e in errors] == [(1, 0, "APIConnectionError"), (2, 0, "APIConnectionError")]
+    assert all("cannot connect to openai endpoint" in e["reason"] and "after 1 retries" in e["reason"] for e in errors)
+
+
+@pytest.mark.parametrize("reply", [Reply(None, no_choices=True), Reply("I think the person needs BELIEF: S=0.4", finish_reason="length")],
+                         ids=["empty-choices", "finish_reason-length"])
+def test_empty_or_cut_reply_is_reasked_then_a_counted_fallback(tmp_path: Path, openai_key: str, reply: Reply) -> None:
+    """An answer with no choices, or one cut off at the token limit before its ACTION line, is re-asked
+    once; when the re-ask is no better, the fallback action stands and is counted, and the run goes on."""
+    with FakeOpenAI(api_key=KEY, handler=lambda s: reply if s.n in (0, 1) else None) as server:
+        summary = _run(_cfg(server, tmp_path))
+    assert len(server.seen) == 29 and server.seen[1].messages[-1] == {"role": "user", "content": FORMAT_REMINDER}
+    (rec,) = _records(tmp_path / "t.jsonl")
+    first = rec["steps"][0]
+    assert not first["parse_ok"] and first["action"] == FALLBACK_ACTION and first["usage"]["requests"] == 2
+    assert all(s["parse_ok"] for s in rec["steps"][1:])
+    assert rec["score"]["parse_failures"] == 1 and summary.parse_failures == 1 and summary.extra["re-asks"] == 1
+
+
+def test_retry_after_beyond_the_clients_cap_fails_the_episode_at_once(tmp_path: Path, openai_key: str) -> None:
+    """A Retry-After of an hour is beyond what the client waits (120 s): it does not retry and does not
+    sleep; the episode fails into the errors file and the other episodes finish."""
+    def handler(seen):
+        return Fail(429, "slow down", "rate_limit_exceeded", {"retry-after": "3600"}) if seen.n == 0 else None
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-1"), concurrency=1))
+    assert server.seen[0].status == 429 and all(s.retry_count == 0 for s in server.seen)
+    assert len(server.seen) == 1 + 28 and summary.episodes == 1 and summary.failed == 1
+    assert [r["seed"] for r in _records(tmp_path / "t.jsonl")] == [1]
+    (err,) = _records(errors_path(tmp_path / "t.jsonl"))
+    assert (err["seed"], err["step"], err["status"]) == (0, 0, 429) and "slow down" in err["reason"]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Malformed replies: one re-ask with the format reminder, then the fallback, counted
 

@@ -15,6 +15,7 @@ from rhythm.config import NULL, load_config
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.grader import score_episode
+from rhythm.locking import lock_path, output_lock
 from rhythm.train.common import read_training_log
 from rhythm.train.grpo import GRPORunConfig, assign_weeks
 from rhythm.train.grpo.rewards import action_value_reward, belief_reward, format_reward
@@ -72,6 +73,23 @@ def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, messa
     assert code == 2, err
     assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "out" / "training_log.jsonl").exists()
+
+
+def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teacher):
+    """While another run holds the output folder: exit 2 with one line, the folder untouched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "training_log.jsonl").write_bytes(b'{"step": 1}\n')
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    with output_lock(out):
+        code, stdout, err = run_cli("grpo", "--config", TINY_CONFIG, "--adapter", str(adapter), "--data", str(teacher),
+                                    "-o", str(out), "-q")
+    assert code == 2 and stdout == ""
+    assert err.splitlines() == [f"rhythm: error: {out} is being written by another rhythm run (it holds {lock_path(out)}); "
+                                "wait for it to finish, or pass --wait-lock to wait for it"]
+    assert [p.name for p in out.iterdir()] == ["training_log.jsonl"]
+    assert (out / "training_log.jsonl").read_bytes() == b'{"step": 1}\n'
 
 
 def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):

@@ -101,3 +101,35 @@ def test_upload_bad_input_exits_2_with_one_line(hub, tmp_path, teacher, args, me
 def test_upload_without_token_says_how_to_log_in(hub, tmp_path, teacher):
     code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), "--repo", "tester/x", token=False)
     assert code == 2 and "no Hugging Face token" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "route, status, message",
+    [
+        ("/commit/", 500, "Internal Error - We're working hard to fix this as soon as possible!"),
+        ("/commit/", 429, "You have been rate-limited; retry later"),
+        ("/api/repos/create", 403, "You don't have the rights to create a dataset under the namespace"),
+    ],
+    ids=["commit-500", "commit-429", "create-403"],
+)
+def test_upload_refused_by_the_hub_is_one_line_and_lands_nothing(hub, tmp_path, teacher, route, status, message):
+    path, _ = teacher
+    before = path.read_bytes()
+    hub.fail(route, status, message, method="POST")
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(path), "--repo", "tester/rhythm-teacher")
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"rhythm: error: upload to tester/rhythm-teacher failed: {status} ") and message in lines[0]
+    assert ("dataset", "tester/rhythm-teacher") not in hub.repos or not hub.repo("tester/rhythm-teacher", "dataset").commits
+    assert path.read_bytes() == before  # the local file is untouched
+    assert hub.token not in err
+
+
+def test_upload_with_a_refused_token_is_one_line(hub, tmp_path, teacher):
+    wrong = "hf_wrong_token_9876543210"
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), "--repo", "tester/x",
+                            extra_env={"HF_TOKEN": wrong})
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith("rhythm: error: upload to tester/x failed: 401 ") and wrong not in err
+    assert not hub.repos and not hub.requests_to("/commit")

@@ -75,6 +75,21 @@ def test_flavor_submits_a_job_with_flavor_secret_and_env(hub, tmp_path, teacher)
     no_token_anywhere(hub, *(c.decode(errors="ignore") for c in run_repo.files.values()))
 
 
+@pytest.mark.parametrize("status, message", [(500, "Internal Error"), (403, "Jobs are not available for this account")])
+def test_a_refused_job_submission_is_one_line_and_keeps_what_was_uploaded(hub, tmp_path, teacher, status, message):
+    hub.fail("/api/jobs/tester", status, message, method="POST")
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher))
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "", err
+    assert lines[-1].startswith(f"rhythm: error: submitting the sft job failed: {status} ") and message in lines[-1]
+    assert all(not line.startswith("rhythm: error:") for line in lines[:-1])  # the lines before say what was done
+    assert not hub.jobs
+    # what went up before the refusal stays: the data and the job's script, ready for a retry
+    assert hub.repo("tester/rhythm-teacher", "dataset").files["teacher.jsonl"] == teacher.read_bytes()
+    assert "rhythm_job/run.py" in hub.repo("tester/rhythm-sft").files
+    no_token_anywhere(hub, out, err)
+
+
 def test_private_run_repo_is_mounted_not_fetched(hub, tmp_path, teacher):
     code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--set", "jobs.timeout=90m")
     assert code == 0, err

@@ -5,6 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from rhythm.locking import lock_path, output_lock
+
 from .helpers import write_episodes, write_v1_episodes
 
 
@@ -67,3 +69,17 @@ def test_the_python_m_entry_takes_rhythm_sfts_set_syntax(capsys):
     assert err == "rhythm sft: error: command line: unknown key 'lora_rank' for SFTRunConfig; did you mean 'lora_r'?"
     assert main(["--config", "configs/sft-tiny.yaml", "--set", "jobs.timeout=90m", "--set", "data=/nonexistent.jsonl"]) == 2
     assert capsys.readouterr().err.strip() == "rhythm sft: error: file not found: /nonexistent.jsonl"
+
+
+def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teacher, tiny_student):
+    """While another run holds the output folder: exit 2 with one line, the folder untouched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "training_log.jsonl").write_bytes(b'{"step": 1}\n')
+    with output_lock(out):
+        code, stdout, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "--data", str(teacher), "-o", str(out), "-q")
+    assert code == 2 and stdout == ""
+    assert err.splitlines() == [f"rhythm: error: {out} is being written by another rhythm run (it holds {lock_path(out)}); "
+                                "wait for it to finish, or pass --wait-lock to wait for it"]
+    assert [p.name for p in out.iterdir()] == ["training_log.jsonl"]
+    assert (out / "training_log.jsonl").read_bytes() == b'{"step": 1}\n'
