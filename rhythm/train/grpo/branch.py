@@ -34,6 +34,7 @@ from rhythm.agents.model import decision_of
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
+from rhythm.train.grpo.probe import left_pad
 
 
 def prompt_key(prompt: Sequence[dict[str, Any]]) -> bytes:
@@ -145,12 +146,8 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
         pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0])
         prompt_ids = [tokenizer(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False),
                                 add_special_tokens=False)["input_ids"] for p in prompts]
-        width = max(len(p) for p in prompt_ids)
-        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompt_ids):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+        ids, mask = left_pad(prompt_ids, pad_id)
+        width = ids.shape[1]
         step = trainer.state.global_step + 1
         generator_seed = trainer.args.seed * 100_003 + step
         with unwrap_model_for_generation(

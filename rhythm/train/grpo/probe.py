@@ -32,7 +32,8 @@ def _encode(tokenizer: Any, prompts: Sequence[Any]) -> list[list[int]]:
     return out
 
 
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int):
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int):
+    """``(ids, attention_mask)`` of token rows padded on the left (generation continues on the right)."""
     import torch
 
     width = max(len(r) for r in rows)
@@ -62,7 +63,7 @@ class PolicyProbe:
         """Greedy reply token ids (stop token included when reached) for every probe prompt."""
         import torch
 
-        ids, mask = _left_pad(self.prompt_ids, self.pad_id)
+        ids, mask = left_pad(self.prompt_ids, self.pad_id)
         ids, mask = ids.to(model.device), mask.to(model.device)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_new_tokens, do_sample=False,
@@ -82,7 +83,7 @@ class PolicyProbe:
         import torch
 
         rows = [list(p) + list(r) for p, r in zip(self.prompt_ids, replies, strict=True)]
-        ids, mask = _left_pad(rows, self.pad_id)
+        ids, mask = left_pad(rows, self.pad_id)
         ids, mask = ids.to(model.device), mask.to(model.device)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask).logits.float()
