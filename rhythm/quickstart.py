@@ -69,17 +69,17 @@ class QuickstartConfig:
     quickstart); null: no stage 1, the SFT stage starts from its config's model."""
     openings: dict[str, Any] = field(default_factory=dict)
     """Overrides of stage 1's config (configs/sft-tiny-openings.yaml: 800 steps of 27 eight-turn openings)."""
-    sft_config: str = "configs/sft-tiny.yaml"
+    sft_config: str = "configs/sft-tiny-weeks.yaml"
     """SFT settings, stage 2 on whole weeks (data, output_dir and, after stage 1, the model are set by
-    the quickstart)."""
+    the quickstart). Without stage 1 (openings_config null), name a config that starts from scratch, e.g.
+    configs/sft-tiny.yaml."""
     grpo_config: str = "configs/grpo-tiny-branch.yaml"
     """GRPO settings (the model and output_dir are set by the quickstart; the teacher data too, unless the
     config names none). Branch mode: the student's own weeks, each sampled reply rewarded with the final
     score of the week it leads to (docs/grpo.md)."""
-    sft: dict[str, Any] = field(
-        default_factory=lambda: {"learning_rate": 1.0e-3, "lr_scheduler_type": "cosine", "max_steps": 120})
-    """Overrides of the SFT config (configs/sft-tiny.yaml: 60 steps of 8 whole weeks at 3e-3, every weight). Stage 2
-    continues stage 1's model: 120 steps at lr 1e-3 decaying to 0, chosen on train-split seeds (docs/student.md)."""
+    sft: dict[str, Any] = field(default_factory=dict)
+    """Overrides of stage 2's config (configs/sft-tiny-weeks.yaml states the recipe: 120 steps of 8 whole weeks
+    at lr 1e-3 decaying to 0, continuing stage 1's model)."""
     grpo: dict[str, Any] = field(default_factory=dict)
     """Overrides of the GRPO config (configs/grpo-tiny-branch.yaml states the recipe)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})
