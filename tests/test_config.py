@@ -145,10 +145,9 @@ def test_shipped_variants_change_only_what_they_state() -> None:
     import yaml
 
     from rhythm.config import config_dict, config_layers, find_config
+    from rhythm.quickstart import QuickstartConfig
     from rhythm.train.grpo import GRPORunConfig
     from rhythm.train.sft import SFTRunConfig
-
-    from rhythm.quickstart import QuickstartConfig
 
     variants = {"sft-tiny-openings.yaml": SFTRunConfig, "sft-tiny-weeks.yaml": SFTRunConfig, "sft-small.yaml": SFTRunConfig,
                 "grpo-small.yaml": GRPORunConfig, "quickstart-few.yaml": QuickstartConfig}
