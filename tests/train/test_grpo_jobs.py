@@ -40,7 +40,7 @@ def test_job_script_runs_grpo_from_a_hub_adapter_and_pushes(hub, tmp_path, teach
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert hub.token not in proc.stdout + proc.stderr
-    assert re.search(r"rhythm job: \S+ -m rhythm\.train\.grpo --config \S+/rhythm_job/config\.yaml data=", proc.stderr)
+    assert re.search(r"rhythm job: \S+ -m rhythm\.train\.grpo --config \S+/rhythm_job/config\.yaml --set data=", proc.stderr)
     # the adapter came from the Hub repo the SFT stage pushed to
     assert any(r.method == "GET" and "/tester/rhythm-sft/resolve/" in r.path and r.path.endswith("adapter_model.safetensors")
                for r in hub.requests)

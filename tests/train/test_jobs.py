@@ -155,5 +155,5 @@ def test_job_script_trains_and_pushes_to_the_hub(hub, tmp_path, teacher, tiny_st
     summary = orjson.loads(files["sft_summary.json"])
     assert summary["global_step"] == 2 and summary["data"]["files"][0].endswith("teacher.jsonl")
     # it ran the stage module with the committed config (the source beside it comes first on PYTHONPATH)
-    assert re.search(r"rhythm job: \S+ -m rhythm\.train\.sft --config \S+/rhythm_job/config\.yaml data=", proc.stderr)
+    assert re.search(r"rhythm job: \S+ -m rhythm\.train\.sft --config \S+/rhythm_job/config\.yaml --set data=", proc.stderr)
     assert [line for line in files["training_log.jsonl"].splitlines() if b'"stage":"sft"' in line]

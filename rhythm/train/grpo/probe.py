@@ -125,11 +125,10 @@ class PolicyProbe:
         changed = [a.action != b.action for a, b in zip(decisions, self.start_decisions, strict=True)]
         shifts = [float(np.abs(np.array(a.belief) - np.array(b.belief)).mean())
                   for a, b in zip(decisions, self.start_decisions, strict=True) if a.belief is not None and b.belief is not None]
-        return {
-            "probe/kl": float(np.mean(kls)),
-            "probe/action_changed": float(np.mean(changed)),
-            "probe/belief_shift": float(np.mean(shifts)) if shifts else float("nan"),
-        }
+        out = {"probe/kl": float(np.mean(kls)), "probe/action_changed": float(np.mean(changed))}
+        if shifts:  # no NaN in the log: trainer_state.json must stay JSON
+            out["probe/belief_shift"] = float(np.mean(shifts))
+        return out
 
 
 def make_probe_callback(probe: PolicyProbe | None, extra: Callable[[], dict[str, float]] | None = None):
