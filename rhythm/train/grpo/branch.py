@@ -117,11 +117,11 @@ def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_t
                   branches: Sequence[tuple[State, str]], name: str) -> list[dict[str, Any]]:
     """Play each (state, reply) branch to the end of its week, the policy greedy after the reply; returns
     each week's score dict (``final_score``, ``final_score_v2``, ...) in order."""
-    by_person: dict[tuple[str, str], list[int]] = defaultdict(list)
+    by_split: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, (state, _) in enumerate(branches):
-        by_person[(state.condition, state.split)].append(i)
+        by_split[(state.condition, state.split)].append(i)
     scores: list[dict[str, Any]] = [{} for _ in branches]
-    for (condition, split), idx in by_person.items():
+    for (condition, split), idx in by_split.items():
         engine = LockstepChat(model, tokenizer, stop_ids=stop_ids, max_new_tokens=max_new_tokens)
         forced = [[*branches[i][0].replies, branches[i][1]] for i in idx]
         agent = BranchAgent(engine, name, forced)
