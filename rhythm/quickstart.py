@@ -294,10 +294,9 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
     # 4. GRPO, from the SFT output: a LoRA adapter, or (the tiny student's default) a fully trained model
     grpo_dir = out / "grpo"
     start: dict[str, Any] = {"adapter": str(sft_dir)} if sft_cfg.use_peft else {"adapter": NULL, "model_name_or_path": str(sft_dir), "use_peft": False}
-    grpo_over: dict[str, Any] = {**cfg.grpo, **start, "output_dir": str(grpo_dir)}
-    if data_paths(load_config(GRPORunConfig, cfg.grpo_config, dict(cfg.grpo))):  # a config that names no data refines on the student's own weeks
-        grpo_over["data"] = str(data)
-    grpo_cfg = load_config(GRPORunConfig, cfg.grpo_config, grpo_over)
+    grpo_cfg = load_config(GRPORunConfig, cfg.grpo_config, {**cfg.grpo, **start, "output_dir": str(grpo_dir)})
+    if data_paths(grpo_cfg):  # the teacher's weeks; a config that names no data refines on the student's own weeks
+        grpo_cfg = replace(grpo_cfg, data=str(data))
 
     def do_grpo() -> dict[str, Any]:
         if grpo_dir.exists():

@@ -34,7 +34,7 @@ from rhythm.agents.model import decision_of
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
-from rhythm.train.grpo.probe import left_pad
+from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
 
 
 def prompt_key(prompt: Sequence[dict[str, Any]]) -> bytes:
@@ -131,8 +131,7 @@ def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_t
     return scores
 
 
-def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
-                        on_batch: Callable[[dict[str, Any]], None] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
+def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str) -> Callable[[list[Any], Any], dict[str, Any]]:
     """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
 
@@ -144,8 +143,7 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
         g = trainer.generation_config
         stop_ids = list(trainer.eos_token_ids)
         pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0])
-        prompt_ids = [tokenizer(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False),
-                                add_special_tokens=False)["input_ids"] for p in prompts]
+        prompt_ids = encode_prompts(tokenizer, prompts)
         ids, mask = left_pad(prompt_ids, pad_id)
         width = ids.shape[1]
         step = trainer.state.global_step + 1
@@ -159,14 +157,7 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
             out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
                                  temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
                                  max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)
-            completion_ids = []
-            for row in out[:, width:].tolist():
-                kept = []
-                for tok in row:
-                    kept.append(int(tok))
-                    if tok in stop_ids:
-                        break
-                completion_ids.append(kept)
+            completion_ids = cut_at_stop(out[:, width:].tolist(), stop_ids)
             texts = tokenizer.batch_decode([[t for t in c if t not in stop_ids] for c in completion_ids], skip_special_tokens=True)
             texts = [t.strip() for t in texts]
             row_states = [states[prompt_key(p)] for p in prompts]
@@ -180,16 +171,12 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
                     branches.append((state, text))
                 index.append(branch_of[key])
             scores = branch_scores(model, tokenizer, stop_ids, int(g.max_new_tokens), branches, name)
-        result = {
+        return {
             "prompt_ids": prompt_ids,
             "completion_ids": completion_ids,
             "logprobs": None,  # sampling logprobs only matter for vLLM's importance correction
             "env_mask": [decision_mask(tokenizer, c, s.t) for c, s in zip(completion_ids, row_states, strict=True)],
             "branch_score": [float(scores[j]["final_score"]) for j in index],
-            "branch_score_v2": [float(scores[j]["final_score_v2"]) for j in index],
         }
-        if on_batch is not None:
-            on_batch({"step": step, "states": len(set(row_states)), "branches": len(branches), "replies": len(prompts)})
-        return result
 
     return rollout

@@ -24,11 +24,23 @@ import numpy as np
 from rhythm.protocol import parse_reply
 
 
-def _encode(tokenizer: Any, prompts: Sequence[Any]) -> list[list[int]]:
+def encode_prompts(tokenizer: Any, prompts: Sequence[Any]) -> list[list[int]]:
+    """Each conversation's token ids up to the reply, as the chat template renders it and as eval's
+    lockstep engine encodes it (the rendered text, no special tokens added)."""
+    return [tokenizer(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False),
+                      add_special_tokens=False)["input_ids"] for p in prompts]
+
+
+def cut_at_stop(rows: Sequence[Sequence[int]], stop_ids: Sequence[int]) -> list[list[int]]:
+    """Generated rows up to and including their first stop token (the padding after it dropped)."""
     out = []
-    for p in prompts:
-        ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)
-        out.append(list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids))
+    for row in rows:
+        reply = []
+        for tok in row:
+            reply.append(int(tok))
+            if tok in stop_ids:
+                break
+        out.append(reply)
     return out
 
 
@@ -54,7 +66,7 @@ class PolicyProbe:
         self.max_new_tokens = int(max_new_tokens)
         self.stop_ids = sorted({int(i) for i in stop_ids})
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0])
-        self.prompt_ids = _encode(tokenizer, self.prompts)
+        self.prompt_ids = encode_prompts(tokenizer, self.prompts)
         self.start_replies: list[list[int]] | None = None
         self.start_logprobs: list[Any] = []
         self.start_decisions: list[Any] = []
@@ -68,15 +80,7 @@ class PolicyProbe:
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_new_tokens, do_sample=False,
                                  eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
-        replies = []
-        for row in out[:, ids.shape[1]:].tolist():
-            reply = []
-            for tok in row:
-                reply.append(int(tok))
-                if tok in self.stop_ids:
-                    break
-            replies.append(reply)
-        return replies
+        return cut_at_stop(out[:, ids.shape[1]:].tolist(), self.stop_ids)
 
     def logprobs(self, model: Any, replies: Sequence[Sequence[int]]) -> list[Any]:
         """Log-softmax over the vocabulary at each reply position, teacher-forced on ``replies``."""
