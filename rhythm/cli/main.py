@@ -1,7 +1,9 @@
 """The ``rhythm`` command: one Typer app; every subcommand is a thin layer over a library function.
 
 Errors funnel through :func:`main`: bad input (a :class:`RhythmError` or a usage error) prints one line
-on stderr and exits 2; ``RHYTHM_DEBUG=1`` shows the traceback instead.
+on stderr and exits 2; ``RHYTHM_DEBUG=1`` shows the traceback instead. A reader that closes stdout early
+(``rhythm generate --output - | head -1``) ends the command with exit 1 and no traceback: Typer catches
+the broken pipe inside ``command.main`` and quiets stdout's last flush, so nothing here handles it.
 """
 
 from __future__ import annotations
@@ -103,9 +105,6 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, typer.Abort):
         print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
         sys.exit(130)
-    except BrokenPipeError:
-        sys.stderr.close()
-        sys.exit(1)
 
 
 if __name__ == "__main__":
