@@ -103,16 +103,20 @@ def test_upload_without_token_says_how_to_log_in(hub, tmp_path, teacher):
     assert code == 2 and "no Hugging Face token" in err and len(err.strip().splitlines()) == 1
 
 
+CHECK_TOKEN = "; check the token (HF_TOKEN or `hf auth login`) and its write access"
+LATER = "; try again later"
+
+
 @pytest.mark.parametrize(
-    "route, status, message",
+    "route, status, message, advice",
     [
-        ("/commit/", 500, "Internal Error - We're working hard to fix this as soon as possible!"),
-        ("/commit/", 429, "You have been rate-limited; retry later"),
-        ("/api/repos/create", 403, "You don't have the rights to create a dataset under the namespace"),
+        ("/commit/", 500, "Internal Error - We're working hard to fix this as soon as possible!", LATER),
+        ("/commit/", 429, "You have been rate-limited; retry later", LATER),
+        ("/api/repos/create", 403, "You don't have the rights to create a dataset under the namespace", CHECK_TOKEN),
     ],
     ids=["commit-500", "commit-429", "create-403"],
 )
-def test_upload_refused_by_the_hub_is_one_line_and_lands_nothing(hub, tmp_path, teacher, route, status, message):
+def test_upload_refused_by_the_hub_is_one_line_and_lands_nothing(hub, tmp_path, teacher, route, status, message, advice):
     path, _ = teacher
     before = path.read_bytes()
     hub.fail(route, status, message, method="POST")
@@ -120,6 +124,7 @@ def test_upload_refused_by_the_hub_is_one_line_and_lands_nothing(hub, tmp_path, 
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1, err
     assert lines[0].startswith(f"rhythm: error: upload to tester/rhythm-teacher failed: {status} ") and message in lines[0]
+    assert lines[0].endswith(advice)  # and says what to do next
     assert ("dataset", "tester/rhythm-teacher") not in hub.repos or not hub.repo("tester/rhythm-teacher", "dataset").commits
     assert path.read_bytes() == before  # the local file is untouched
     assert hub.token not in err
@@ -132,4 +137,5 @@ def test_upload_with_a_refused_token_is_one_line(hub, tmp_path, teacher):
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1, err
     assert lines[0].startswith("rhythm: error: upload to tester/x failed: 401 ") and wrong not in err
+    assert lines[0].endswith(CHECK_TOKEN)
     assert not hub.repos and not hub.requests_to("/commit")

@@ -75,13 +75,17 @@ def test_flavor_submits_a_job_with_flavor_secret_and_env(hub, tmp_path, teacher)
     no_token_anywhere(hub, *(c.decode(errors="ignore") for c in run_repo.files.values()))
 
 
-@pytest.mark.parametrize("status, message", [(500, "Internal Error"), (403, "Jobs are not available for this account")])
-def test_a_refused_job_submission_is_one_line_and_keeps_what_was_uploaded(hub, tmp_path, teacher, status, message):
+@pytest.mark.parametrize("status, message, advice", [
+    (500, "Internal Error", "; try again later"),
+    (403, "Jobs are not available for this account", "; check the token (HF_TOKEN or `hf auth login`) and its write access"),
+])
+def test_a_refused_job_submission_is_one_line_and_keeps_what_was_uploaded(hub, tmp_path, teacher, status, message, advice):
     hub.fail("/api/jobs/tester", status, message, method="POST")
     code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher))
     lines = err.strip().splitlines()
     assert code == 2 and out == "", err
     assert lines[-1].startswith(f"rhythm: error: submitting the sft job failed: {status} ") and message in lines[-1]
+    assert lines[-1].endswith(advice)  # and says what to do next
     assert all(not line.startswith("rhythm: error:") for line in lines[:-1])  # the lines before say what was done
     assert not hub.jobs
     # what went up before the refusal stays: the data and the job's script, ready for a retry
