@@ -12,7 +12,8 @@ Used by ``rhythm generate --teacher openai|azure`` (:mod:`rhythm.teacher.llm_gen
   ``DefaultAzureCredential`` and ``get_bearer_token_provider`` (any credential object can be passed in).
 - Retries are the client's own (``max_retries``, ``timeout_s``): connection errors, timeouts, 408, 409,
   429 (honouring ``Retry-After``) and 5xx. Attempts, retries, 429s and 5xx are counted from httpx event
-  hooks, so the summary reports what the server actually saw.
+  hooks, so the summary reports what the server actually saw. A ``Retry-After`` longer than the client
+  waits (120 s) is not retried at all; the error says so, with both numbers.
 - Keys and tokens come from the environment only: they are never config fields, and every error
   message that leaves this module goes through :meth:`Redactor.redact`.
 - Request fields that are not configured are left out of the request, never sent as null.
@@ -315,6 +316,49 @@ def _api_code(exc: Any) -> str:
     return str(code or "")
 
 
+def _retries_taken(exc: Any) -> int | None:
+    """How many retries the client made before ``exc``: the count its last attempt carried in
+    ``x-stainless-retry-count`` (None when that request or header is missing)."""
+    try:
+        return int(exc.request.headers["x-stainless-retry-count"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _retry_after_s(headers: Any) -> float | None:
+    """The wait a response asks for, read as the client reads it: ``retry-after-ms``, then
+    ``retry-after`` in seconds or as an HTTP date."""
+    import email.utils
+    import math
+    import time
+
+    for name, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        try:
+            value = float(headers.get(name))
+        except (TypeError, ValueError):
+            continue
+        return value / divisor if math.isfinite(value) else math.inf
+    try:
+        return float(email.utils.mktime_tz(email.utils.parsedate_tz(headers.get("retry-after"))) - time.time())
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def _client_retry_after_cap_s() -> float:
+    """The longest ``Retry-After`` the openai client waits for; past it, it does not retry."""
+    try:
+        from openai._constants import MAX_RETRY_AFTER_DELAY
+    except ImportError:  # pragma: no cover - moved in another client version
+        return 120.0
+    return float(MAX_RETRY_AFTER_DELAY)
+
+
+def _after_retries(exc: Any) -> str:
+    """`` after N retries`` with the number the client really made, or nothing when unknown."""
+    taken = _retries_taken(exc)
+    return "" if taken is None else f" after {taken} {'retry' if taken == 1 else 'retries'}"
+
+
 def _shorten(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -451,13 +495,18 @@ class ChatClient:
                 return FatalAPIError(f"{where} says the quota is used up (429 insufficient_quota): check billing. Server said: {message}")
             if status in (400, 422) and code != "content_filter":
                 return FatalAPIError(f"{where} rejected the request ({status}): check llm settings such as temperature, max_tokens, reasoning_effort. Server said: {message}")
-            retried = f" after {self.llm.max_retries} retries" if status in (408, 409, 429) or status >= 500 else ""
+            retried = ""
+            if status in (408, 409, 429) or status >= 500:
+                retried = _after_retries(exc)
+                wait, cap = _retry_after_s(exc.response.headers), _client_retry_after_cap_s()
+                if wait is not None and wait > cap:
+                    retried += f" (the server asked to wait {wait:.0f} s before retrying; the client waits at most {cap:g} s)"
             return EpisodeAPIError(f"HTTP {status}{retried}: {message}", type(exc).__name__, status)
         if isinstance(exc, openai.APITimeoutError):
-            return EpisodeAPIError(f"timed out ({self.llm.timeout_s:g} s) after {self.llm.max_retries} retries", "APITimeoutError", None)
+            return EpisodeAPIError(f"timed out ({self.llm.timeout_s:g} s){_after_retries(exc)}", "APITimeoutError", None)
         if isinstance(exc, openai.APIConnectionError):
             cause = self.redactor.redact(_shorten(str(exc.__cause__ or exc)))
-            return EpisodeAPIError(f"cannot connect to {where} after {self.llm.max_retries} retries: {cause}", "APIConnectionError", None)
+            return EpisodeAPIError(f"cannot connect to {where}{_after_retries(exc)}: {cause}", "APIConnectionError", None)
         try:
             from azure.core.exceptions import ClientAuthenticationError
         except ImportError:  # pragma: no cover - azure-identity is a dependency

@@ -301,7 +301,7 @@ def test_failed_episode_goes_to_the_errors_file_and_the_others_finish(tmp_path: 
     assert sorted(r["seed"] for r in _records(tmp_path / "t.jsonl")) == [0, 2]
     (err,) = _records(errors_path(tmp_path / "t.jsonl"))
     assert (err["seed"], err["step"], err["status"], err["error"]) == (1, 2, 503, "InternalServerError")
-    assert "HTTP 503 after 1 retries: upstream down" in err["reason"] and "***" in err["reason"]
+    assert "HTTP 503 after 1 retry: upstream down" in err["reason"] and "***" in err["reason"]
     assert err["usage"]["requests"] == 2 and "failed episodes" in summary.extra
     _no_secret_anywhere(tmp_path, KEY)
 
@@ -359,7 +359,7 @@ def test_connection_refused_fails_episodes_and_keeps_the_finished_ones(tmp_path:
     assert [r["seed"] for r in _records(tmp_path / "t.jsonl")] == [0]  # what was there stays
     errors = _records(errors_path(tmp_path / "t.jsonl"))
     assert [(e["seed"], e["step"], e["error"]) for e in errors] == [(1, 0, "APIConnectionError"), (2, 0, "APIConnectionError")]
-    assert all("cannot connect to openai endpoint" in e["reason"] and "after 1 retries" in e["reason"] for e in errors)
+    assert all("cannot connect to openai endpoint" in e["reason"] and "after 1 retry:" in e["reason"] for e in errors)
 
 
 @pytest.mark.parametrize("reply", [Reply(None, no_choices=True), Reply("I think the person needs BELIEF: S=0.4", finish_reason="length")],
@@ -389,7 +389,9 @@ def test_retry_after_beyond_the_clients_cap_fails_the_episode_at_once(tmp_path: 
     assert len(server.seen) == 1 + 28 and summary.episodes == 1 and summary.failed == 1
     assert [r["seed"] for r in _records(tmp_path / "t.jsonl")] == [1]
     (err,) = _records(errors_path(tmp_path / "t.jsonl"))
-    assert (err["seed"], err["step"], err["status"]) == (0, 0, 429) and "slow down" in err["reason"]
+    assert (err["seed"], err["step"], err["status"]) == (0, 0, 429)
+    assert err["reason"] == ("HTTP 429 after 0 retries (the server asked to wait 3600 s before retrying; "
+                             "the client waits at most 120 s): slow down")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -618,6 +620,17 @@ def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> N
 
 # ---------------------------------------------------------------------------------------------------
 # Pieces
+
+
+def test_retry_after_is_read_as_the_client_reads_it() -> None:
+    from email.utils import formatdate
+
+    from rhythm.model.llm_client import _retry_after_s
+
+    assert _retry_after_s({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert _retry_after_s({"retry-after": "3600"}) == 3600.0
+    assert 3590 < _retry_after_s({"retry-after": formatdate(time.time() + 3600, usegmt=True)}) <= 3600
+    assert _retry_after_s({}) is None and _retry_after_s({"retry-after": "soon"}) is None
 
 
 def test_redaction_of_keys_tokens_and_urls() -> None:
