@@ -38,12 +38,33 @@ import pytest
         (["eval", "--agent", "openai:m", "--concurrency", "0"], "concurrency"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle) -> None:
+def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # default outputs (eval_results_v2.json ...) would land here
     code, out, err = run_cli(*args)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("rhythm: error:") and needle in lines[0]
+    assert list(tmp_path.iterdir()) == []  # bad input writes nothing, not even a lock file
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--agent", "openai:m", "--concurrency", "0"], "llm.concurrency"),
+    (["--agent", "model:./no-such-model-dir"], "model path not found"),
+    (["--seeds", "5-x"], "malformed seed range"),
+])
+def test_eval_with_bad_settings_keeps_the_last_eval(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    args, needle) -> None:
+    """Settings, seeds and agents are checked before the episodes file is replaced: the last eval's
+    records stay."""
+    monkeypatch.chdir(tmp_path)
+    results, episodes = tmp_path / "r.json", tmp_path / "r.episodes.jsonl"
+    results.write_bytes(b"{}\n")
+    episodes.write_bytes(b'{"seed": 0}\n')
+    code, out, err = run_cli("eval", *args, "--episodes", "1", "--output", str(results), "--quiet")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert episodes.read_bytes() == b'{"seed": 0}\n' and results.read_bytes() == b"{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.episodes.jsonl", "r.json"]
 
 
 def test_broken_jsonl_line_names_file_and_line(run_cli, tmp_path: Path) -> None:

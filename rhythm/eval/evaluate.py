@@ -88,8 +88,9 @@ def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
 
 
 def validate(cfg: EvalConfig) -> None:
-    """Fail fast, before any episode is played, on names that cannot work."""
-    conditions_of(cfg.condition)
+    """Fail fast, before any episode is played, on names and seeds that cannot work."""
+    for condition in conditions_of(cfg.condition):
+        eval_seeds(cfg, condition)
     if cfg.split not in SPLITS:
         raise RhythmError(f"unknown split {cfg.split!r}; expected one of {', '.join(SPLITS)}")
     check_agent_spec(cfg.agent)
@@ -104,6 +105,13 @@ def agent_options(cfg: EvalConfig, spec: str) -> Any:
     if kind in ("openai", "azure"):
         return cfg.llm
     return cfg.model if kind == "model" else cfg.teacher
+
+
+def make_agents(cfg: EvalConfig) -> dict[str, Any]:
+    """The agent and its references, built with their settings (a bad setting or a missing model path
+    fails here, before anything is played or written)."""
+    names = [cfg.agent] + [r for r in cfg.references if r != cfg.agent]
+    return {name: make_agent(name, agent_options(cfg, name)) for name in names}
 
 
 def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
@@ -192,6 +200,7 @@ def evaluate(
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     on_records: Callable[[str, str, list[EpisodeRecord]], None] | None = None,
     played_cache: PlayedCache | None = None,
+    agents: dict[str, Any] | None = None,
 ) -> EvalResults:
     """Play the agent and its references on every requested condition; returns the results.
 
@@ -199,7 +208,8 @@ def evaluate(
     ``on_records(agent, condition, records)`` sees every batch of records as it is produced.
     ``played_cache``, shared by several evaluations in one process (the quickstart evaluates three
     agents beside the same references), keeps the episodes of the scripted agents: they are
-    deterministic in their settings and seeds, so each is played once.
+    deterministic in their settings and seeds, so each is played once. ``agents``: those of
+    :func:`make_agents`, when already built.
     """
     validate(cfg)
     chash = config_hash(cfg)
@@ -215,8 +225,8 @@ def evaluate(
         "versions": versions(),
         "conditions": {},
     }
-    names = [cfg.agent] + [r for r in cfg.references if r != cfg.agent]
-    agents = {name: make_agent(name, agent_options(cfg, name)) for name in names}
+    agents = agents if agents is not None else make_agents(cfg)
+    names = list(agents)
     for condition in conditions_of(cfg.condition):
         seeds = eval_seeds(cfg, condition)
         specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]
@@ -249,11 +259,13 @@ def run_eval(
 ) -> tuple[EvalResults, Path, Path]:
     """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
 
-    ``played_cache``: see :func:`evaluate`. Both files are written under the episodes file's lock
-    (:mod:`rhythm.locking`): a second eval on the same output stops before it touches either (or
-    waits, with ``wait_lock``).
+    ``played_cache``: see :func:`evaluate`. The agents are built first, so bad settings stop the run
+    before it touches a file (the last eval's episodes stay). Both files are written under the
+    episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output stops before it
+    touches either (or waits, with ``wait_lock``).
     """
     validate(cfg)
+    agents = make_agents(cfg)
     ep_path = episodes_path(cfg.output)
     with output_lock(ep_path, wait=wait_lock, say=say):
         ep_path.unlink(missing_ok=True)
@@ -264,5 +276,6 @@ def run_eval(
                     for r in records:
                         writer.write(r)
 
-            results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache)
+            results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache,
+                               agents=agents)
         return results, results.save(cfg.output), ep_path
