@@ -69,6 +69,7 @@ class FakeHub:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.faults: list[tuple[str, str | None, int, str]] = []
+        self.drops: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         hub = self
 
@@ -85,6 +86,9 @@ class FakeHub:
                 req = Request(self.command, unquote(parts.path), parts.query, {k.lower(): v for k, v in self.headers.items()}, body)
                 with hub.lock:
                     hub.requests.append(req)
+                if any(f in req.path and m in (None, req.method) for f, m in hub.drops):
+                    self.close_connection = True  # no answer at all: the client sees the connection end
+                    return
                 try:
                     status, headers, payload = hub.route(req)
                 except Exception as err:  # a bug in the fake: make it loud in the client
@@ -140,6 +144,11 @@ class FakeHub:
         """From now on, answer requests whose path contains ``fragment`` (and method, if given) with
         ``status`` and the Hub's JSON error body."""
         self.faults.append((fragment, method, status, message))
+
+    def drop(self, fragment: str, method: str | None = None) -> None:
+        """From now on, close the connection of requests whose path contains ``fragment`` (and method,
+        if given) without an answer, as a Hub that went away would."""
+        self.drops.append((fragment, method))
 
     def _authorized(self, req: Request) -> bool:
         return req.headers.get("authorization") == f"Bearer {self.token}"

@@ -15,6 +15,7 @@ login``; the endpoint from ``HF_ENDPOINT``.
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,21 @@ def check_repo_id(repo_id: str | None, what: str = "--repo") -> str:
     return repo_id
 
 
+def _network_errors() -> tuple[type[Exception], ...]:
+    """The transport errors of the HTTP library the Hub client runs on (httpx2 under huggingface_hub 2,
+    httpx under 1): the Hub could not be reached or dropped the connection. Read from the modules
+    already imported, so nothing is imported for it."""
+    return tuple(mod.TransportError for mod in (sys.modules.get("httpx2"), sys.modules.get("httpx"))
+                 if mod is not None and hasattr(mod, "TransportError"))
+
+
+def hub_errors() -> tuple[type[Exception], ...]:
+    """What the Hub client raises when the Hub refuses a request or cannot be reached."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    return (HfHubHTTPError, *_network_errors())
+
+
 def hub_error_line(err: Exception) -> str:
     """One line for an error of the Hub client: status, reason and the Hub's own message (the client's
     text spreads them over several lines, and for some statuses its first line holds neither)."""
@@ -66,7 +82,12 @@ def hub_error_line(err: Exception) -> str:
     status = getattr(response, "status_code", None)
     if status is None:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        return lines[0] if lines else type(err).__name__
+        said = lines[0] if lines else type(err).__name__
+        if isinstance(err, _network_errors()):
+            from huggingface_hub import constants
+
+            return f"no answer from the Hub at {constants.ENDPOINT} ({said}); check the network (and HF_ENDPOINT, if set)"
+        return said
     said = " ".join(str(getattr(err, "server_message", None) or "").split())
     line = f"{status} {getattr(response, 'reason_phrase', '')}".strip() + (f": {said}" if said else "")
     if status in (401, 403):
@@ -318,7 +339,6 @@ def upload(
 ) -> UploadResult:
     """Create ``repo_id`` if needed and upload ``files`` (and a card) in one commit."""
     from huggingface_hub import CommitOperationAdd, HfApi
-    from huggingface_hub.errors import HfHubHTTPError
 
     check_repo_id(repo_id)
     if repo_type not in REPO_TYPES:
@@ -343,7 +363,7 @@ def upload(
             repo_id, ops, repo_type=repo_type,
             commit_message=commit_message or f"rhythm upload: {', '.join(sorted({r for _, r in pairs}))[:200]}",
         )
-    except HfHubHTTPError as err:
+    except hub_errors() as err:
         raise _hub_error(err, f"upload to {repo_id}") from None
     return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid), [op.path_in_repo for op in ops])
 

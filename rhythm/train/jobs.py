@@ -42,7 +42,7 @@ import yaml
 import rhythm
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
-from rhythm.train.hub import check_repo_id, hub_error_line, require_token, upload
+from rhythm.train.hub import check_repo_id, hub_error_line, hub_errors, require_token, upload
 
 JOB_DIR = "rhythm_job"
 MOUNT_PATH = "/rhythm-run"
@@ -318,7 +318,6 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
         return Submission(None, None, plan.run_repo, None, redact(spec), dry_run=True)
 
     from huggingface_hub import CommitOperationAdd, HfApi, Volume
-    from huggingface_hub.errors import HfHubHTTPError
 
     token = require_token()
     api = HfApi(token=token)
@@ -344,6 +343,6 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
                               volumes=[Volume(**v) for v in spec["volumes"]], **common)
         else:
             job = api.run_uv_job(spec["command"][-1], image=plan.image, **common)
-    except HfHubHTTPError as err:
+    except hub_errors() as err:
         raise RhythmError(f"submitting the {plan.stage} job failed: {hub_error_line(err)}") from None
     return Submission(job.id, job.url, plan.run_repo, revision, redact(spec))

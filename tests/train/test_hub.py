@@ -139,3 +139,20 @@ def test_upload_with_a_refused_token_is_one_line(hub, tmp_path, teacher):
     assert lines[0].startswith("rhythm: error: upload to tester/x failed: 401 ") and wrong not in err
     assert lines[0].endswith(CHECK_TOKEN)
     assert not hub.repos and not hub.requests_to("/commit")
+
+
+def test_upload_when_the_hub_does_not_answer_is_one_line(hub, tmp_path, teacher):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    path, _ = teacher
+    before = path.read_bytes()
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(path), "--repo", "tester/x",
+                            extra_env={"HF_ENDPOINT": endpoint})
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"rhythm: error: upload to tester/x failed: no answer from the Hub at {endpoint} (")
+    assert lines[0].endswith("; check the network (and HF_ENDPOINT, if set)")
+    assert path.read_bytes() == before and hub.token not in err

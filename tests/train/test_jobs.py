@@ -94,6 +94,19 @@ def test_a_refused_job_submission_is_one_line_and_keeps_what_was_uploaded(hub, t
     no_token_anywhere(hub, out, err)
 
 
+def test_a_hub_that_drops_the_job_submission_is_one_line_and_keeps_what_was_uploaded(hub, tmp_path, teacher):
+    hub.drop("/api/jobs/tester", method="POST")
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher))
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "", err
+    assert lines[-1].startswith(f"rhythm: error: submitting the sft job failed: no answer from the Hub at {hub.url} (")
+    assert all(not line.startswith("rhythm: error:") for line in lines[:-1])
+    assert not hub.jobs and len(hub.requests_to("/api/jobs/tester", "POST")) >= 1
+    assert hub.repo("tester/rhythm-teacher", "dataset").files["teacher.jsonl"] == teacher.read_bytes()
+    assert "rhythm_job/run.py" in hub.repo("tester/rhythm-sft").files
+    no_token_anywhere(hub, out, err)
+
+
 def test_private_run_repo_is_mounted_not_fetched(hub, tmp_path, teacher):
     code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), "--set", "jobs.timeout=90m")
     assert code == 0, err
