@@ -35,35 +35,24 @@ def grpo_command(
       rhythm grpo --config configs/grpo-tiny.yaml      # from runs/sft-tiny -> runs/grpo-tiny
       rhythm grpo --flavor a10g-large      # YOU/rhythm-sft -> YOU/rhythm-grpo on Jobs
     """
-    import sys
-
-    import orjson
-
-    from rhythm.cli.jobs import resolve_hub_repos, submit_stage
-    from rhythm.cli.ui import err_console
-    from rhythm.config import load_config
-    from rhythm.locking import output_lock
-    from rhythm.train.grpo import GRPORunConfig, data_paths, run_grpo, validate
+    from rhythm.cli.stage import run_stage
+    from rhythm.train.grpo import GRPORunConfig, run_grpo, validate
 
     given = {"adapter": adapter, "data": data, "mode": mode, "model_name_or_path": model, "output_dir": output_dir,
-             "max_steps": max_steps, "jobs.flavor": flavor, "resume_from_checkpoint": "latest" if resume else None,
-             "hub_model_id": hub_model_id, "jobs.data_repo": data_repo, "push_to_hub": push_to_hub or None}
-    cfg = load_config(GRPORunConfig, config, opt.overrides(given, set_))
-    cfg, repos = resolve_hub_repos("grpo", cfg, dry_run=dry_run)
-    validate(cfg)
-    if cfg.jobs.flavor:
-        from rhythm.train.jobs import JOB_PACKAGES
+             "max_steps": max_steps}
+    run_stage("grpo", GRPORunConfig, validate, run_grpo, given, resume=resume, flavor=flavor, dry_run=dry_run,
+              hub_model_id=hub_model_id, data_repo=data_repo, push_to_hub=push_to_hub, wait_lock=wait_lock,
+              config=config, sets=set_, quiet=quiet, lands="adapter", line=_line, packages=_job_packages)
 
-        submit_stage("grpo", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="adapter",
-                     packages=JOB_PACKAGES + (("vllm",) if cfg.mode == "step" and cfg.step.use_vllm else ()))
-        return
-    if repos:  # push_to_hub
-        err_console.print(repos, markup=False, highlight=False, soft_wrap=True)
-    with output_lock(cfg.output_dir, wait=wait_lock, say=err_console.print):  # one run per output folder
-        summary = run_grpo(cfg, quiet=quiet, log=err_console.print)
+
+def _line(summary: dict) -> str:
     parts = [f"{name} {v['first']:.3f} -> {v['last']:.3f}" for name, v in summary["rewards"].items() if v["first"] is not None]
-    err_console.print(
-        f"grpo ({summary['mode']}): {summary['global_step']} steps, {summary['seconds']:.0f} s; mean reward per function "
-        + ", ".join(parts) + f" -> {summary['output_dir']}"
-    )
-    sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    return (f"grpo ({summary['mode']}): {summary['global_step']} steps, {summary['seconds']:.0f} s; mean reward per function "
+            + ", ".join(parts) + f" -> {summary['output_dir']}")
+
+
+def _job_packages(cfg) -> tuple[str, ...]:
+    """What a job installs: vLLM too when step mode generates with it."""
+    from rhythm.train.jobs import JOB_PACKAGES
+
+    return JOB_PACKAGES + (("vllm",) if cfg.mode == "step" and cfg.step.use_vllm else ())

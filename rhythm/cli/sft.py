@@ -33,32 +33,17 @@ def sft_command(
       rhythm sft --config configs/sft-tiny.yaml      # offline tiny student, CPU -> runs/sft-tiny
       rhythm sft --flavor a10g-large      # Hugging Face Jobs -> YOU/rhythm-sft
     """
-    import sys
+    from rhythm.cli.stage import run_stage
+    from rhythm.train.sft import SFTRunConfig, run_sft, validate
 
-    import orjson
+    given = {"data": data, "model_name_or_path": model, "output_dir": output_dir, "max_steps": max_steps}
+    run_stage("sft", SFTRunConfig, validate, run_sft, given, resume=resume, flavor=flavor, dry_run=dry_run,
+              hub_model_id=hub_model_id, data_repo=data_repo, push_to_hub=push_to_hub, wait_lock=wait_lock,
+              config=config, sets=set_, quiet=quiet, lands="model", line=_line, omit=("data",))
 
-    from rhythm.cli.jobs import resolve_hub_repos, submit_stage
-    from rhythm.cli.ui import err_console
-    from rhythm.config import load_config
-    from rhythm.locking import output_lock
-    from rhythm.train.sft import SFTRunConfig, data_paths, run_sft, validate
 
-    given = {"data": data, "model_name_or_path": model, "output_dir": output_dir, "max_steps": max_steps,
-             "jobs.flavor": flavor, "resume_from_checkpoint": "latest" if resume else None, "hub_model_id": hub_model_id,
-             "jobs.data_repo": data_repo, "push_to_hub": push_to_hub or None}
-    cfg = load_config(SFTRunConfig, config, opt.overrides(given, set_))
-    cfg, repos = resolve_hub_repos("sft", cfg, dry_run=dry_run)
-    validate(cfg)
-    if cfg.jobs.flavor:
-        submit_stage("sft", cfg, data_paths(cfg), dry_run=dry_run, repos=repos, lands="model")
-        return
-    if repos:  # push_to_hub
-        err_console.print(repos, markup=False, highlight=False, soft_wrap=True)
-    with output_lock(cfg.output_dir, wait=wait_lock, say=err_console.print):  # one run per output folder
-        summary = run_sft(cfg, quiet=quiet, log=err_console.print)
-    err_console.print(
-        f"sft: {summary['global_step']} steps, train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
-        + (f", validation loss {summary['eval_loss_first']:.3f} -> {summary['eval_loss_last']:.3f}" if summary["eval_loss_last"] is not None else "")
-        + f", {summary['seconds']:.0f} s -> {summary['output_dir']}"
-    )
-    sys.stdout.write(orjson.dumps({k: v for k, v in summary.items() if k != "data"}).decode() + "\n")
+def _line(summary: dict) -> str:
+    eval_loss = summary["eval_loss_last"]
+    return (f"sft: {summary['global_step']} steps, train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
+            + (f", validation loss {summary['eval_loss_first']:.3f} -> {eval_loss:.3f}" if eval_loss is not None else "")
+            + f", {summary['seconds']:.0f} s -> {summary['output_dir']}")

@@ -1,8 +1,6 @@
-"""What SFT and GRPO share: the config fields both runs have (:class:`TrainRunConfig`), and the pieces
-of a TRL run built from them (precision, output folder, resume, LoRA, log streaming, trainer
-arguments, the ``python -m`` entry that ``accelerate launch`` and Hugging Face Jobs run).
-
-Heavy imports (torch, transformers, TRL, PEFT) happen inside the functions that need them.
+"""What SFT and GRPO share: the config fields both runs have (:class:`TrainRunConfig`) and the steps of a TRL run
+built from them, in the order a run takes them (output folder, precision, LoRA, trainer arguments, log, the files
+written before and after training), then the ``python -m`` entry that ``accelerate launch`` and Hugging Face Jobs run.
 """
 
 from __future__ import annotations
@@ -19,8 +17,10 @@ from typing import Any, Literal, TypeVar, Union
 
 import orjson
 
-from rhythm.config import load_config
+from rhythm.config import load_config, write_config
 from rhythm.errors import RhythmError
+from rhythm.provenance import command_line, now_iso, versions
+from rhythm.train.hub import push_folder
 
 LOG_NAME = "training_log.jsonl"
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -116,12 +116,31 @@ def check_hub_and_data(cfg: TrainRunConfig) -> None:
                 raise RhythmError(f"file not found: {path}")
 
 
-def resolve_precision(cfg: TrainRunConfig, cuda: bool) -> dict[str, Any]:
-    """Turn the ``auto`` settings into concrete ones for this machine."""
-    bf16 = cuda if cfg.bf16 == "auto" else bool(cfg.bf16)
-    gc = cuda if cfg.gradient_checkpointing == "auto" else bool(cfg.gradient_checkpointing)
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if bf16 else "float32")
-    return {"bf16": bf16, "gradient_checkpointing": gc, "dtype": dtype, "device": "cuda" if cuda else "cpu"}
+def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]]:
+    """What both stages do once their data is read: find the checkpoint to resume from, make ``output_dir`` (a
+    folder holding an earlier run needs resuming or ``overwrite_output_dir``), quiet the libraries and resolve the
+    ``auto`` settings for this machine. Returns ``(output_dir, resume, resolved)``."""
+    resume = resume_path(cfg)
+    out = Path(cfg.output_dir)
+    if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
+        if not cfg.overwrite_output_dir:
+            raise RhythmError(
+                f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
+                "pass overwrite_output_dir=true, or choose another output_dir"
+            )
+        for ckpt in out.glob("checkpoint-*"):
+            shutil.rmtree(ckpt, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_warning()
+    if quiet:
+        import datasets
+
+        datasets.disable_progress_bars()
+    return out, resume, resolve_precision(cfg, torch.cuda.is_available())
 
 
 def resume_path(cfg: Any) -> str | None:
@@ -142,80 +161,21 @@ def resume_path(cfg: Any) -> str | None:
     return str(path)
 
 
-def prepare_output_dir(cfg: Any, resuming: bool) -> Path:
-    """Create ``output_dir``; a folder holding an earlier run needs resuming or ``overwrite_output_dir``."""
-    out = Path(cfg.output_dir)
-    previous = out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists())
-    if previous and not resuming:
-        if not cfg.overwrite_output_dir:
-            raise RhythmError(
-                f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
-                "pass overwrite_output_dir=true, or choose another output_dir"
-            )
-        for ckpt in out.glob("checkpoint-*"):
-            shutil.rmtree(ckpt, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def make_log_callback(path: str | Path, stage: str = "sft"):
-    """A ``TrainerCallback`` that streams ``state.log_history`` to JSONL, one flushed line per entry.
-
-    At train begin the file is rewritten from the (possibly resumed) history, so after a resume it
-    holds exactly the checkpoint's history followed by the new entries.
-    """
-    from transformers import TrainerCallback
-
-    class JsonlLogCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.path = Path(path)
-            self.written = 0
-
-        def _write(self, entries: list[dict[str, Any]], mode: str) -> None:
-            with self.path.open(mode + "b") as fh:
-                for entry in entries:
-                    fh.write(orjson.dumps({**entry, "stage": stage}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self._write(list(state.log_history), "w")
-                self.written = len(state.log_history)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if state.is_world_process_zero and len(state.log_history) > self.written:
-                self._write(state.log_history[self.written :], "a")
-                self.written = len(state.log_history)
-
-    return JsonlLogCallback()
-
-
-def read_training_log(path: str | Path) -> list[dict[str, Any]]:
-    """The entries of a ``training_log.jsonl`` (any stage)."""
-    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
-
-
-def series(history: list[dict[str, Any]], key: str) -> list[float]:
-    """The finite values of ``key`` in a TRL log history, in order."""
-    return [float(e[key]) for e in history if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
+def resolve_precision(cfg: TrainRunConfig, cuda: bool) -> dict[str, Any]:
+    """Turn the ``auto`` settings into concrete ones for this machine."""
+    bf16 = cuda if cfg.bf16 == "auto" else bool(cfg.bf16)
+    gc = cuda if cfg.gradient_checkpointing == "auto" else bool(cfg.gradient_checkpointing)
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if bf16 else "float32")
+    return {"bf16": bf16, "gradient_checkpointing": gc, "dtype": dtype, "device": "cuda" if cuda else "cpu"}
 
 
 def peft_config(cfg: TrainRunConfig):
     """A fresh LoRA adapter's ``LoraConfig``."""
     from peft import LoraConfig
 
-    targets: Any = cfg.lora_target_modules
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=targets,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
+    targets = "all-linear" if cfg.lora_target_modules == ["all-linear"] else cfg.lora_target_modules
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets,
+                      bias="none", task_type="CAUSAL_LM")
 
 
 def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, Any]:
@@ -247,10 +207,76 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
     )
 
 
+def make_log_callback(path: Path, stage: str):
+    """A ``TrainerCallback`` that streams ``state.log_history`` to JSONL, one flushed line per entry. At train begin
+    the file is rewritten from the (possibly resumed) history: the checkpoint's history, then the new entries."""
+    from transformers import TrainerCallback
+
+    class JsonlLogCallback(TrainerCallback):
+        written = 0
+
+        def write(self, entries: list[dict[str, Any]], mode: str) -> None:
+            with path.open(mode + "b") as fh:
+                for entry in entries:
+                    fh.write(orjson.dumps({**entry, "stage": stage}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.write(list(state.log_history), "w")
+                self.written = len(state.log_history)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and len(state.log_history) > self.written:
+                self.write(state.log_history[self.written :], "a")
+                self.written = len(state.log_history)
+
+    return JsonlLogCallback()
+
+
+def read_training_log(path: str | Path) -> list[dict[str, Any]]:
+    """The entries of a ``training_log.jsonl`` (any stage)."""
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+
+
+def series(history: list[dict[str, Any]], key: str) -> list[float]:
+    """The finite values of ``key`` in a TRL log history, in order."""
+    return [float(e[key]) for e in history if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def write_run_start(run: Any, stage: str, report_name: str, report_key: str, say: Callable[[str], None],
+                    **provenance: Any) -> None:
+    """Before training (rank 0): the data report as a line and as ``report_name``, and the effective config as
+    ``STAGE_config.yaml`` with its provenance (``provenance``: the stage's own keys, written before the versions)."""
+    out = Path(run.cfg.output_dir)
+    say(run.report.summary_line())
+    write_json(out / report_name, run.report.to_dict())
+    write_config(run.cfg, out / f"{stage}_config.yaml", extra={
+        "stage": stage, "created_at": now_iso(), "command": command_line(), "resolved": run.resolved, **provenance,
+        "versions": versions(), report_key: run.report.to_dict(),
+    })
+
+
+def write_summary(cfg: Any, stage: str, summary: dict[str, Any], commit_message: str, say: Callable[[str], None]) -> None:
+    """After training (rank 0): ``STAGE_summary.json``; with ``push_to_hub`` the output folder goes to
+    ``hub_model_id`` and the summary, written again, holds its URL."""
+    out = Path(cfg.output_dir)
+    write_json(out / f"{stage}_summary.json", summary)
+    if cfg.push_to_hub:
+        summary["hub_url"] = push_folder(out, cfg.hub_model_id, private=cfg.hub_private, commit_message=commit_message)
+        say(f"pushed {out} to {summary['hub_url']}")
+        write_json(out / f"{stage}_summary.json", summary)
+
+
 def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
-               printed: Callable[[dict[str, Any]], dict[str, Any]], doc: str | None = None) -> int:
+               omit: Collection[str] = (), doc: str | None = None) -> int:
     """``python -m rhythm.train.STAGE [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
-    Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints ``printed(summary)``
+    Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints the summary less ``omit``
     as one JSON line (rank 0 only)."""
     import argparse
 
@@ -269,7 +295,7 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
         print(f"rhythm {stage}: error: {err}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", "0")) == 0:  # one summary line, not one per process
-        sys.stdout.write(orjson.dumps(printed(summary)).decode() + "\n")
+        sys.stdout.write(orjson.dumps({k: v for k, v in summary.items() if k not in omit}).decode() + "\n")
     end_distributed()
     return 0
 
@@ -285,8 +311,3 @@ def end_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-
-
-def without(keys: Collection[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """``printed`` for :func:`entry_main`: the summary less ``keys``."""
-    return lambda summary: {k: v for k, v in summary.items() if k not in keys}

@@ -1,16 +1,10 @@
-"""SFT data: teacher episodes (JSONL, a file or ``-``) become chat examples, one per *episode*.
+"""SFT data: teacher episodes (JSONL files or ``-``) become examples, one whole week each: the system prompt,
+then each step's observation and the teacher's reply (protocol v2, :func:`rhythm.protocol.record_conversation`).
+Train and validation are split **by person**; each week is rendered and tokenized once, as TRL would, with a loss
+weight per token. What is left out, and why, is counted in a :class:`DataReport`; other protocols are refused.
 
-Protocol v2: an example is a whole week as one conversation (:func:`rhythm.protocol.record_conversation`):
-``messages = [system, user: step 1's observation, assistant: the teacher's reply, ..., user: step 28,
-assistant: reply 28]``, plus the episode's identity (``episode``, ``condition``, ``split``, ``seed``).
-The loss falls on every assistant turn (TRL's ``assistant_only_loss``), so the student learns each
-reply *given all the evidence before it*, as the teacher had it. An episode with a reply that names no
-valid action (an LLM teacher's parse failure) is left out whole, since one turn cannot be cut out of a
-conversation. Train and validation are split **by person** (deterministic for a seed). What was left
-out, and why, is counted in a :class:`DataReport`; records of another protocol version are refused.
-
-    from rhythm.train.data import DataOptions, build_dataset
-    dsd, report = build_dataset(["data/teacher_30ep.jsonl"], DataOptions(val_fraction=0.1, min_score=0.5))
+    rows, report = build_examples(["data/teacher_30ep.jsonl"], DataOptions(val_fraction=0.1, min_score=0.5))
+    examples = tokenize_examples(rows, tokenizer, max_length=1536, report=report)
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import check_protocol, read_episodes
 
-# Reasons a step or an episode is left out (the keys of DataReport.dropped_*).
+# Why an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
 PARSE_FAILURE = "a reply has no valid ACTION (parse_ok false)"
 EMPTY_REPLY = "an empty reply"
@@ -35,22 +29,14 @@ TOO_LONG = "longer than max_length tokens (truncation would drop the last turns'
 
 @dataclass(frozen=True)
 class DataOptions:
-    """How episodes become examples (the data fields of ``SFTRunConfig``)."""
+    """How episodes become examples: the data fields of ``SFTRunConfig``, which documents them."""
 
     val_fraction: float = 0.1
-    """Share of *episodes* held out for validation loss (0 = none)."""
     seed: int = 0
-    """Seeds the episode shuffle that decides the split."""
     min_score: float | None = None
-    """Keep only episodes whose score.final_score is at least this (None = keep all)."""
     strip_reasoning: bool = False
-    """Train on the BELIEF/ACTION lines only (each reply re-rendered by the protocol)."""
     drop_parse_failures: bool = True
-    """Leave out episodes with a reply that names no valid action."""
     first_turns: int | None = None
-    """Train on the first N turns of each week only (None: the whole week). A week's opening turns carry
-    most of what there is to infer (the belief moves most early) at a fraction of the tokens, so a
-    curriculum stage on openings is cheap; a model then needs whole weeks to learn the later turns."""
 
 
 @dataclass
@@ -72,12 +58,15 @@ class DataReport:
     max_tokens: int = 0
     """Tokens of the longest rendered week (set once a tokenizer has seen the data)."""
 
-    def drop_steps(self, reason: str, n: int = 1) -> None:
-        self.dropped_steps[reason] = self.dropped_steps.get(reason, 0) + n
-
     def drop_episode(self, reason: str, steps: int) -> None:
         self.dropped_episodes[reason] = self.dropped_episodes.get(reason, 0) + 1
-        self.drop_steps(reason, steps)
+        self.dropped_steps[reason] = self.dropped_steps.get(reason, 0) + steps
+
+    def count(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        """The example and episode counts of ``{"train": [...], "validation": [...]}``."""
+        train, validation = rows.get("train", []), rows.get("validation", [])
+        self.train_examples, self.validation_examples = len(train), len(validation)
+        self.train_episodes, self.validation_episodes = (len({e["episode"] for e in r}) for r in (train, validation))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -114,24 +103,20 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
 
 
 def split_turns(messages: list[dict[str, Any]], explored: list[bool]) -> list[dict[str, Any]]:
-    """Keep the ACTION line of each ``explored`` step out of the loss, with ``context``/``after`` fields.
-
-    An assistant message renders as ``context + content + after``; only ``content`` is learned (plus the
-    closing ``<|im_end|>`` when ``after`` is empty). A step marked ``explored`` played an action that was not
-    its agent's choice (``benchmarks/dagger_probe.py`` writes such weeks), so its reply's BELIEF line is
-    learned and its ACTION line is context. Every message gets both fields, so the dataset has one schema.
-    """
+    """Keep the ACTION line of each ``explored`` step (an action its agent did not choose, as
+    ``benchmarks/dagger_probe.py`` writes them) out of the loss: an assistant message renders as ``context +
+    content + after`` and only ``content`` is learned (with ``<|im_end|>`` when ``after`` is empty), so such a
+    reply's BELIEF line is learned and its ACTION line is context. Every message gets both fields: one schema."""
     out: list[dict[str, Any]] = []
-    turn = 0
+    turns = iter(explored)
     for m in messages:
         m = {**m, "context": None, "after": None}
         if m["role"] == "assistant":
             belief, _, action = m["content"].partition("\n")
-            if explored[turn]:
+            if next(turns):
                 m.update(context="", content=belief, after="\n" + action)
             else:
                 m.update(context="", after="")
-            turn += 1
         out.append(m)
     return out
 
@@ -145,11 +130,8 @@ def _final_score(record: dict[str, Any], where: str) -> float:
 
 
 def split_episodes(keys: Sequence[str], val_fraction: float, seed: int) -> tuple[set[str], set[str]]:
-    """Split episode keys into (train, validation): a seeded shuffle of the sorted keys.
-
-    At least one episode goes to validation when ``val_fraction > 0`` and there are two or more, and
-    at least one always stays in train.
-    """
+    """Split episode keys into (train, validation), a seeded shuffle of the sorted keys: at least one episode goes
+    to validation when ``val_fraction > 0`` and there are two or more, and at least one always stays in train."""
     if not 0.0 <= val_fraction < 1.0:
         raise RhythmError(f"val_fraction must be in [0, 1), got {val_fraction}")
     ordered = sorted(set(keys))
@@ -203,66 +185,31 @@ def build_examples(
                     raise RhythmError(f"{where}: explored steps need strip_reasoning: true "
                                       "(only the protocol lines can be split into learned and unlearned parts)")
                 messages = split_turns(messages, explored)
-            rows.append(
-                {
-                    "messages": messages,
-                    "episode": episode,
-                    "condition": str(record["condition"]),
-                    "split": str(record["split"]),
-                    "seed": int(record["seed"]),
-                    "agent": str(record["agent"]),
-                }
-            )
-    train_keys, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
+            rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
+                         "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
+    _, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):
         out["validation" if episode in val_keys else "train"].extend(by_episode[episode])
-    report.train_episodes = sum(1 for k in train_keys if by_episode[k])
-    report.validation_episodes = sum(1 for k in val_keys if by_episode[k])
-    report.train_examples = len(out["train"])
-    report.validation_examples = len(out["validation"])
+    report.count(out)
     if not out["train"]:
         raise RhythmError(f"no training examples left in {', '.join(report.files)} ({report.summary_line()})")
     return out, report
-
-
-def to_dataset_dict(rows: dict[str, list[dict[str, Any]]]):
-    """``{"train": [...], "validation": [...]}`` as a ``datasets.DatasetDict`` (validation only when non-empty)."""
-    from datasets import Dataset, DatasetDict
-
-    dsd = DatasetDict({"train": Dataset.from_list(rows["train"])})
-    if rows.get("validation"):
-        dsd["validation"] = Dataset.from_list(rows["validation"])
-    return dsd
-
-
-def build_dataset(paths: str | Sequence[str], options: DataOptions = DataOptions()):
-    """:func:`build_examples` as ``(DatasetDict, report)``."""
-    rows, report = build_examples(paths, options)
-    return to_dataset_dict(rows), report
-
-
-def training_chat_template(tokenizer) -> str | None:
-    """The template TRL's ``SFTTrainer`` renders with under ``assistant_only_loss``: the tokenizer's own when it
-    has ``{% generation %}`` markers (None), else TRL's training template for that model family."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
-
-    return None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
 
 
 def tokenize_examples(
     rows: dict[str, list[dict[str, Any]]], tokenizer, max_length: int | None, report: DataReport, chunk: int = 256,
     observation_loss: float = 0.0, echo_loss: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Render and tokenize every week once, as TRL would, adding ``input_ids``, ``labels`` and ``loss_weights``
-    (:func:`week_weights`); weeks longer than ``max_length`` tokens are left out and counted.
+    """Render and tokenize every week once, in batches, as TRL would (it then skips its own preparation), adding
+    ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week longer than ``max_length`` tokens
+    is left out and counted, since TRL's truncation would silently cut its last turns' loss; the longest week is
+    recorded in the report."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 
-    TRL truncates from the right, which would silently cut the last turns (and their loss) off a week, so
-    such examples are dropped and reported instead; the longest week is recorded in the report. Handing TRL
-    tokenized examples (it then skips its own preparation) renders the chat template once instead of twice,
-    in batches: a third of a CPU stage's set-up on the quickstart's 4,800 weeks.
-    """
-    template = training_chat_template(tokenizer)
+    # what SFTTrainer renders with under assistant_only_loss: the tokenizer's own template when it has
+    # {% generation %} markers, else TRL's training template for that model family
+    template = None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
     echo = echo_loss is not None and echo_loss != observation_loss
     if echo and not getattr(tokenizer, "is_fast", False):
         raise RhythmError("echo_loss needs a fast tokenizer (character offsets)")
@@ -292,13 +239,10 @@ def tokenize_examples(
         out[name] = kept
     if dropped:
         report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped
-    report.train_examples = len(out.get("train", []))
-    report.validation_examples = len(out.get("validation", []))
+    report.count(out)
     if report.train_examples == 0:
         raise RhythmError(f"every training week is longer than max_length={max_length} tokens "
                           f"(the longest is {report.max_tokens}); raise max_length")
-    report.train_episodes = len({e["episode"] for e in out["train"]})
-    report.validation_episodes = len({e["episode"] for e in out.get("validation", [])})
     return out
 
 

@@ -1,4 +1,4 @@
-"""Supervised distillation of the teacher into a student: TRL ``SFTTrainer`` with a PEFT LoRA adapter.
+"""``rhythm sft``: distil the teacher into a student with TRL's ``SFTTrainer`` (and a PEFT LoRA adapter).
 
     rhythm sft --config configs/sft-tiny.yaml --data data/teacher_30ep.jsonl        # offline, CPU, minutes
     rhythm sft --config configs/sft.yaml --data data/teacher_30ep.jsonl             # Qwen2.5-3B, one GPU
@@ -6,23 +6,11 @@
     torchrun --standalone --nproc_per_node 2 -m rhythm.train.sft --config configs/sft-tiny.yaml --set data=...  # CPU DDP
     rhythm sft --flavor a10g-large          # Hugging Face Jobs: model -> YOU/rhythm-sft, data -> YOU/rhythm-teacher
 
-Each teacher episode is one example: the whole week as one conversation (protocol v2; see
-:mod:`rhythm.train.data`), and the loss falls on every assistant turn (``assistant_only_loss``, which
-needs ``{% generation %}`` markers: the tiny student's template has them, and for Qwen2.5 TRL swaps in its
-own training template) and, at their weights, on the rest of the week (``observation_loss``, ``echo_loss``:
-a weight per token, read by :func:`weighted_sft_trainer`'s ``compute_loss``). ``max_length`` must cover a whole week:
-longer weeks are dropped and counted rather than truncated (truncation would silently drop the last
-turns' loss), and the longest week's token count is logged. Validation loss is computed on held-out
-*people*.
-
-``output_dir`` receives: the adapter (or the full model with ``use_peft: false``) and the tokenizer,
-``checkpoint-N/`` folders (resume with ``resume_from_checkpoint: latest``), ``training_log.jsonl`` (one
-line per entry of ``trainer.state.log_history`` exactly as TRL logs it, plus ``"stage": "sft"``,
-streamed as training goes so it survives a crash), ``sft_config.yaml`` (the effective config with
-versions), ``data_report.json`` and ``sft_summary.json``.
-
-Heavy imports (torch, transformers, TRL, PEFT, datasets) happen inside functions, so ``rhythm --help``
-stays instant.
+Each teacher week is one example (:mod:`rhythm.train.data`: whole weeks, never truncated, validation on held-out
+people), and each of its tokens weighs in the loss at its ``loss_weights`` (:func:`weighted_sft_trainer`).
+``output_dir`` receives the model or adapter and its tokenizer, ``checkpoint-N/``, ``training_log.jsonl`` (TRL's
+log history as it streams, plus ``"stage": "sft"``), ``sft_config.yaml`` (the effective config with versions),
+``data_report.json`` and ``sft_summary.json``. docs/sft.md tells the recipe.
 """
 
 from __future__ import annotations
@@ -36,12 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from rhythm.agents.tiny import resolve_model
-from rhythm.config import write_config
 from rhythm.errors import RhythmError
-from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.common import (
     LOG_NAME,
     JobsConfig,
@@ -51,28 +35,21 @@ from rhythm.train.common import (
     entry_main,
     make_log_callback,
     peft_config,
-    prepare_output_dir,
-    resolve_precision,
-    resume_path,
+    prepare_run,
     series,
     trainer_args,
-    without,
+    write_run_start,
+    write_summary,
 )
-from rhythm.train.data import DataOptions, build_examples, to_dataset_dict, tokenize_examples
-from rhythm.train.hub import push_folder
+from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
 
-CONFIG_NAME = "sft_config.yaml"
-SUMMARY_NAME = "sft_summary.json"
 REPORT_NAME = "data_report.json"
 
 
 @dataclass(frozen=True)
 class SFTRunConfig(TrainRunConfig):
-    """``rhythm sft``: field names follow TRL's ``SFTConfig`` / ``ModelConfig`` where one exists; the fields
-    it shares with GRPO come from :class:`rhythm.train.common.TrainRunConfig`.
-
-    The defaults are the real recipe (``configs/sft.yaml``); ``configs/sft-tiny.yaml`` is the offline one.
-    """
+    """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are the real recipe
+    (``configs/sft.yaml``; ``configs/sft-tiny.yaml`` is the offline one). Shared fields: :class:`TrainRunConfig`."""
 
     # --- model
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"
@@ -85,17 +62,16 @@ class SFTRunConfig(TrainRunConfig):
     strip_reasoning: bool = False
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
-    """Leave out teacher steps whose reply has no valid ACTION."""
+    """Leave out weeks with a teacher reply that names no valid ACTION."""
     observation_loss: float = 0.0
-    """Weight of the rest of the week (observations, system prompt, chat markup) in the loss beside the
-    replies' 1: 0 = assistant-only; 1 = every token. Predicting the next observation makes a from-scratch
-    student read the meters it acts on better (0.1 in the tiny student's stage 1; docs/student.md)."""
+    """Weight in the loss of the rest of the week (observations, system prompt, chat markup) beside the replies'
+    1: 0 = assistant-only, 1 = every token (0.1 in the tiny student's stage 1: it then reads the meters better)."""
     echo_loss: float | None = None
-    """Weight of the action name each observation echoes (``After DEEP_WORK:``, the reply before it), in [0, 1];
-    None = observation_loss. At 1 the quickstart's student reads the serenity meter far better and meditates
-    where the teacher does (docs/student.md)."""
+    """Weight of the action name each observation echoes (``After DEEP_WORK:``), in [0, 1]; None = observation_loss
+    (1 in the tiny student's stage 1: it then reads the serenity meter and meditates; docs/student.md)."""
     first_turns: int | None = None
-    """Train on each week's first N turns only (a cheap curriculum stage; None: whole weeks)."""
+    """Train on each week's first N turns only (None: whole weeks): the openings, where the belief moves most, make
+    a cheap curriculum stage."""
     max_length: int = 1024
     """Tokens per example; longer examples are dropped (and counted), never truncated."""
     # --- optimisation
@@ -156,21 +132,9 @@ def validate(cfg: SFTRunConfig) -> None:
     check_hub_and_data(cfg)
 
 
-# ----------------------------------------------------------------------------------------- helpers
-
-
-def load_tokenizer(model_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(model_path)
-    except OSError as err:
-        raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
-
-
 def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool, quiet: bool = False,
                resuming: bool = False):
-    """The TRL ``SFTConfig`` for a run (CPU-safe settings resolved by :func:`resolve_precision`)."""
+    """The TRL ``SFTConfig`` for a run (CPU-safe settings resolved by :func:`rhythm.train.common.prepare_run`)."""
     from trl import SFTConfig
 
     model_init_kwargs: dict[str, Any] = {"dtype": resolved["dtype"]}
@@ -192,10 +156,8 @@ def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool
 
 def weighted_sft_trainer(tokenizer, **kwargs):
     """A TRL ``SFTTrainer`` whose loss weighs each labelled token by the example's ``loss_weights``
-    (:func:`rhythm.train.data.week_weights`: replies 1, observations ``observation_loss``, echoed actions
-    ``echo_loss``): ``-sum(w * log p) / (labelled tokens)``, TRL's own reduction with a weight per token. The
-    per-token log-probabilities come from TRL's fused LM head, as in ``SFTTrainer.compute_loss``; the
-    collator pads the weights beside the labels."""
+    (:func:`rhythm.train.data.week_weights`): ``-sum(w * log p) / (labelled tokens)``, TRL's own reduction with a
+    weight per token, on the per-token log-probabilities of TRL's fused LM head. The collator pads the weights."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
     from trl import SFTTrainer
@@ -233,98 +195,73 @@ def weighted_sft_trainer(tokenizer, **kwargs):
     return WeightedSFTTrainer(processing_class=tokenizer, data_collator=WeightsCollator(pad_token_id=pad), **kwargs)
 
 
-# ------------------------------------------------------------------------------------------- run
-
-
 @dataclass
 class SFTRun:
-    """What :func:`build_trainer` prepared: the trainer and everything a caller may want to inspect."""
+    """What :func:`build_trainer` prepared: the trainer and what the run records beside it."""
 
     trainer: Any
     cfg: SFTRunConfig
-    model_path: str
     resolved: dict[str, Any]
-    report: Any
+    report: DataReport
     resume: str | None
 
 
 def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None) -> SFTRun:
     """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet)."""
     validate(cfg)
-
-    # the data first: a bad record fails in a second, before torch is even imported
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
-    rows, report = build_examples(data_paths(cfg), options)
-    resume = resume_path(cfg)
-    out = prepare_output_dir(cfg, resuming=resume is not None)
+    rows, report = build_examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
+    out, resume, resolved = prepare_run(cfg, quiet)
+    model_path = resolved["model_path"] = resolve_model(cfg.model_name_or_path)
 
-    import torch
-    import transformers
+    from datasets import Dataset
+    from transformers import AutoTokenizer
 
-    transformers.logging.set_verbosity_warning()
-    if quiet:
-        import datasets
-
-        datasets.disable_progress_bars()
-    resolved = resolve_precision(cfg, torch.cuda.is_available())
-    model_path = resolve_model(cfg.model_name_or_path)
-    resolved["model_path"] = model_path
-    tokenizer = load_tokenizer(model_path)
-    dsd = to_dataset_dict(tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
-                                                  echo_loss=cfg.echo_loss))
-    has_validation = "validation" in dsd
-
-    args = sft_config(cfg, resolved, has_validation, quiet=quiet, resuming=resume is not None)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except OSError as err:
+        raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
+    examples = tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
+                                 echo_loss=cfg.echo_loss)
+    data = {name: Dataset.from_list(split) for name, split in examples.items() if split}
     try:
         trainer = weighted_sft_trainer(
             tokenizer,
             model=model_path,
-            args=args,
-            train_dataset=dsd["train"],
-            eval_dataset=dsd["validation"] if has_validation else None,
+            args=sft_config(cfg, resolved, "validation" in data, quiet=quiet, resuming=resume is not None),
+            train_dataset=data["train"],
+            eval_dataset=data.get("validation"),
             peft_config=peft_config(cfg) if cfg.use_peft else None,
-            callbacks=[make_log_callback(out / LOG_NAME), *(callbacks or [])],
+            callbacks=[make_log_callback(out / LOG_NAME, "sft"), *(callbacks or [])],
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
-    return SFTRun(trainer, cfg, model_path, resolved, report, resume)
+    return SFTRun(trainer, cfg, resolved, report, resume)
 
 
-def run_sft(
-    cfg: SFTRunConfig,
-    *,
-    quiet: bool = False,
-    log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train, evaluate, save (and optionally push); returns the run summary (also in ``sft_summary.json``)."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     started = time.perf_counter()
-    # transformers prints its log lines to stdout; stdout is for results, so they go to stderr
-    with contextlib.redirect_stdout(sys.stderr):
-        run = build_trainer(cfg, quiet=quiet)
-        return _train(run, cfg, started, say)
+    with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
+        return _train(build_trainer(cfg, quiet=quiet), started, say)
 
 
-def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], None]) -> dict[str, Any]:
-    trainer, out = run.trainer, Path(cfg.output_dir)
+def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str, Any]:
+    trainer, cfg = run.trainer, run.cfg
     main = trainer.is_world_process_zero()
     if main:
-        say(run.report.summary_line())
-        (out / REPORT_NAME).write_bytes(orjson.dumps(run.report.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
-        write_config(cfg, out / CONFIG_NAME, extra={
-            "stage": "sft", "created_at": now_iso(), "command": command_line(), "resolved": run.resolved,
-            "versions": versions(), "data_report": run.report.to_dict(),
-        })
+        write_run_start(run, "sft", REPORT_NAME, "data_report", say)
     train_result = trainer.train(resume_from_checkpoint=run.resume)
     evaluated = any("eval_loss" in e and e.get("step") == trainer.state.global_step for e in trainer.state.log_history)
-    if trainer.eval_dataset is not None and not evaluated:
+    if trainer.eval_dataset is not None and not evaluated:  # the final validation loss
         trainer.evaluate()
     trainer.save_model(cfg.output_dir)
     history = trainer.state.log_history
     train_losses, eval_losses = series(history, "loss"), series(history, "eval_loss")
     summary: dict[str, Any] = {
         "stage": "sft",
-        "output_dir": str(out),
+        "output_dir": str(Path(cfg.output_dir)),
         "model": cfg.model_name_or_path,
         "adapter": cfg.use_peft,
         "global_step": trainer.state.global_step,
@@ -341,26 +278,13 @@ def _train(run: SFTRun, cfg: SFTRunConfig, started: float, say: Callable[[str], 
         "hub_url": None,
     }
     if main:
-        (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
-        if cfg.push_to_hub:
-            summary["hub_url"] = push_folder(
-                out, cfg.hub_model_id, private=cfg.hub_private,
-                commit_message=f"rhythm sft: {summary['global_step']} steps, eval loss {summary['eval_loss_last']}",
-            )
-            say(f"pushed {out} to {summary['hub_url']}")
-            (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+        write_summary(cfg, "sft", summary, f"rhythm sft: {summary['global_step']} steps, eval loss {summary['eval_loss_last']}", say)
     return summary
 
 
-# ----------------------------------------------------------------------------- accelerate entry
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rhythm.train.sft [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` runs.
-
-        accelerate launch --num_processes 4 -m rhythm.train.sft --config configs/sft.yaml --set data=data/x.jsonl
-    """
-    return entry_main("sft", SFTRunConfig, run_sft, argv, without({"data"}), main.__doc__)
+    """``python -m rhythm.train.sft [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and jobs run."""
+    return entry_main("sft", SFTRunConfig, run_sft, argv, omit=("data",), doc=main.__doc__)
 
 
 if __name__ == "__main__":

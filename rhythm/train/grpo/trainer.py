@@ -48,21 +48,19 @@ import numpy as np
 import orjson
 
 from rhythm.agents.tiny import resolve_base
-from rhythm.config import write_config
 from rhythm.errors import RhythmError
 from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter
-from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     LOG_NAME,
     data_paths,
     make_log_callback,
     peft_config,
-    prepare_output_dir,
-    resolve_precision,
-    resume_path,
+    prepare_run,
     series,
     trainer_args,
+    write_run_start,
+    write_summary,
 )
 from rhythm.train.grpo.branch import make_branch_rollout
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
@@ -70,13 +68,10 @@ from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rol
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
-from rhythm.train.hub import push_folder
 
 REWARD_LOG_NAME = "reward_log.jsonl"
 ROLLOUTS_NAME = "episode_rollouts.jsonl"
 STUDENT_ROLLOUTS_NAME = "student_rollouts.jsonl"
-CONFIG_NAME = "grpo_config.yaml"
-SUMMARY_NAME = "grpo_summary.json"
 REPORT_NAME = "prompts_report.json"
 
 
@@ -198,20 +193,11 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if not has_rollouts(cfg):  # the data first: a bad record fails in a second, before torch is imported
         rows, report = build_rows(cfg)
     cfg = start_from_full_weights(cfg, say)
-    resume = resume_path(cfg)
-    out = prepare_output_dir(cfg, resuming=resume is not None)
+    out, resume, resolved = prepare_run(cfg, quiet)
 
-    import torch
-    import transformers
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    transformers.logging.set_verbosity_warning()
-    if quiet:
-        import datasets
-
-        datasets.disable_progress_bars()
-    resolved = resolve_precision(cfg, torch.cuda.is_available())
     if has_rollouts(cfg):
         rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
     model, tokenizer, source = load_policy(cfg, resolved)
@@ -304,12 +290,7 @@ def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str
                   "steps_per_generation": trainer.args.steps_per_generation,
                   "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps}
     if main:
-        say(run.report.summary_line())
-        (out / REPORT_NAME).write_bytes(orjson.dumps(run.report.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
-        write_config(cfg, out / CONFIG_NAME, extra={
-            "stage": "grpo", "created_at": now_iso(), "command": command_line(), "resolved": run.resolved,
-            "source": run.source, "trl": generation, "versions": versions(), "prompts": run.report.to_dict(),
-        })
+        write_run_start(run, "grpo", REPORT_NAME, "prompts", say, source=run.source, trl=generation)
     trainer.train(resume_from_checkpoint=run.resume)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if "ref" in getattr(model, "peft_config", {}):  # TRL's frozen copy of the starting adapter (beta > 0)
@@ -339,10 +320,5 @@ def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str
         "hub_url": None,
     }
     if main:
-        (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
-        if cfg.push_to_hub:
-            summary["hub_url"] = push_folder(out, cfg.hub_model_id, private=cfg.hub_private,
-                                             commit_message=f"rhythm grpo ({cfg.mode}): {summary['global_step']} steps")
-            say(f"pushed {out} to {summary['hub_url']}")
-            (out / SUMMARY_NAME).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+        write_summary(cfg, "grpo", summary, f"rhythm grpo ({cfg.mode}): {summary['global_step']} steps", say)
     return summary
