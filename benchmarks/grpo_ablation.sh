@@ -19,8 +19,9 @@ mkdir -p "$WORK"/g "$WORK"/e
 [ -f "$WORK/qs/sft/model.safetensors" ] || $R quickstart --out "$WORK/qs" --set eval_split=train --quiet > "$WORK/qs.log" 2>&1
 SFT="$WORK/qs/sft"
 
-ev() {  # NAME MODEL_DIR: free play on train-split seeds 100000-100099, every condition
-  [ -f "$WORK/e/$1/eval_results_v2.json" ] || $R eval --agent "model:$2" --split train --seeds 100000-100099 --condition all \
+EVAL_SEEDS=${EVAL_SEEDS:-100000-100099}  # the second round of docs/grpo.md played 100000-100299
+ev() {  # NAME MODEL_DIR: free play on train-split seeds EVAL_SEEDS, every condition
+  [ -f "$WORK/e/$1/eval_results_v2.json" ] || $R eval --agent "model:$2" --split train --seeds "$EVAL_SEEDS" --condition all \
     --quiet -o "$WORK/e/$1/eval_results_v2.json" --set 'references=[heuristic]' --set model.max_new_tokens=16 > "$WORK/e/$1.log" 2>&1
 }
 
@@ -51,6 +52,12 @@ for row in "$@"; do
     N) grpo N configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set learning_rate=5e-5 --set scale_rewards=batch --max-steps 60 ;;
     # the shipped refine stage, as the quickstart runs it
     Q) grpo Q configs/grpo-tiny-branch.yaml ;;
+    # second round (EVAL_SEEDS=100000-100299): a KL anchor to the starting policy on states outside the batch
+    B) grpo B configs/grpo-tiny-branch.yaml --set beta=0.04 ;;
+    K2) grpo K2 configs/grpo-tiny-branch.yaml --set anchor_weight=2 ;;
+    K20) grpo K20 configs/grpo-tiny-branch.yaml --set anchor_weight=20 ;;
+    K5h) grpo K5h configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set learning_rate=1e-4 ;;
+    K5long) grpo K5long configs/grpo-tiny-branch.yaml --set anchor_weight=5 --max-steps 120 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done

@@ -11,7 +11,7 @@ import typer
 from rhythm.errors import RhythmError
 
 analyze_app = typer.Typer(
-    help="Analyse episodes and results: paired differences, belief over the week, tables, the teacher-forced probe.",
+    help="Analyse episodes and results: paired differences, what agents did, belief over the week, tables, the teacher-forced probe.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -35,6 +35,22 @@ def paired_command(
     from rhythm.eval.paired import final_scores_of, paired_differences, paired_table
 
     print(paired_table(paired_differences(final_scores_of(first), final_scores_of(second))))
+
+
+@analyze_app.command("behaviour")
+def behaviour_command(
+    episodes: Annotated[list[str], typer.Argument(metavar="EPISODES...", show_default=False,
+                                                  help="Episodes JSONL files, one per agent (join several with commas).")],
+) -> None:
+    """What each agent did, per condition: crashes a week, behaviour score, last belief MAE, action shares (%).
+
+    \b
+    Examples:
+      rhythm analyze behaviour runs/quickstart/eval/sft/eval_results_v2.episodes.jsonl runs/quickstart/eval/grpo/eval_results_v2.episodes.jsonl
+    """
+    from rhythm.eval.behaviour import behaviour_of
+
+    print(behaviour_of(episodes))
 
 
 @analyze_app.command("belief-steps")

@@ -42,6 +42,17 @@ class StepMode:
 
 
 @dataclass(frozen=True)
+class BranchMode:
+    """``mode: branch``: step mode's states, each reply rewarded with the final score of the week it leads
+    to, the policy playing on greedily (:mod:`rhythm.train.grpo.branch`)."""
+
+    sample: str = "reply"
+    """reply: each reply sampled whole; action: before the last step the belief line is the policy's greedy
+    one and only the action is sampled, so a group's replies (and the weeks they lead to) differ in their
+    action alone."""
+
+
+@dataclass(frozen=True)
 class EpisodeMode:
     """``mode: episode``: the student plays whole weeks (people from the data), each reply rewarded with its
     week's final score; one generation batch of weeks per optimizer step (its size derived)."""
@@ -77,6 +88,8 @@ class GRPORunConfig(TrainRunConfig):
     with its week's final score (settings under ``episode:``)."""
     step: StepMode = field(default_factory=StepMode)
     """Settings step and branch modes read (episode mode ignores them)."""
+    branch: BranchMode = field(default_factory=BranchMode)
+    """Settings only branch mode reads."""
     episode: EpisodeMode = field(default_factory=EpisodeMode)
     """Settings only episode mode reads (step mode ignores them)."""
     rollout_seeds: Union[str, int, None] = None
@@ -109,6 +122,10 @@ class GRPORunConfig(TrainRunConfig):
     """Optimisation passes per generated batch (mu in the GRPO paper)."""
     mask_truncated_completions: bool = False
     """Leave replies cut off at max_completion_length out of the loss."""
+    anchor_weight: float = 0.0
+    """Weight of the KL from the starting policy on states outside the batch (rhythm.train.grpo.anchor); 0 = none."""
+    anchor_states: int = 16
+    """States the anchor's KL is measured on at each optimizer step (drawn from a fixed pool of the prompts)."""
     # --- optimisation
     max_steps: int = 300
     """Optimizer steps; -1 = derive from num_train_epochs."""
@@ -207,6 +224,12 @@ def validate(cfg: GRPORunConfig) -> None:
             f"{cfg.num_generations} weeks x {cfg.episode.episodes_per_step} people); per_device_train_batch_size "
             f"({cfg.per_device_train_batch_size}) must divide it"
         )
+    if cfg.anchor_weight < 0 or cfg.anchor_states < 1:
+        raise RhythmError(f"anchor_weight must be >= 0 and anchor_states >= 1, got {cfg.anchor_weight} and {cfg.anchor_states}")
+    if cfg.anchor_weight > 0 and cfg.mode == "episode":
+        raise RhythmError("anchor_weight draws its states from the prompts of step or branch mode; episode mode has none")
+    if cfg.branch.sample not in ("reply", "action"):
+        raise RhythmError(f"branch.sample must be reply or action, got {cfg.branch.sample!r}")
     if cfg.mode == "branch" and cfg.step.use_vllm:
         raise RhythmError("branch mode plays weeks with the trained model itself; step.use_vllm applies to step mode only")
     if cfg.mode == "step" and cfg.step.use_vllm and not cfg.jobs.flavor:

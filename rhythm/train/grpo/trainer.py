@@ -62,6 +62,7 @@ from rhythm.train.common import (
     write_run_start,
     write_summary,
 )
+from rhythm.train.grpo.anchor import Anchor, anchored
 from rhythm.train.grpo.branch import make_branch_rollout
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
 from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
@@ -70,6 +71,7 @@ from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
 
 REWARD_LOG_NAME = "reward_log.jsonl"
+ANCHOR_POOL = 256  # states the anchor draws from (its starting replies are computed once)
 ROLLOUTS_NAME = "episode_rollouts.jsonl"
 STUDENT_ROLLOUTS_NAME = "student_rollouts.jsonl"
 REPORT_NAME = "prompts_report.json"
@@ -209,11 +211,18 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if cfg.mode == "episode":
         rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
     elif cfg.mode == "branch":
-        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}")
+        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}",
+                                      sample_action_only=cfg.branch.sample == "action")
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer)
-    trainer = GRPOTrainer(
+    trainer_cls = GRPOTrainer
+    if cfg.anchor_weight > 0:
+        stop_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
+        trainer_cls = anchored(GRPOTrainer, Anchor(pool, tokenizer, cfg.max_completion_length, stop_ids,
+                                                   cfg.anchor_states, cfg.seed), cfg.anchor_weight)
+    trainer = trainer_cls(
         model=model,
         reward_funcs=rewards.wrapped(),
         args=args,

@@ -1,0 +1,71 @@
+"""What agents did, side by side: crashes a week, behaviour score, last belief error, and how often
+each action was played, per condition.
+
+Run: ``rhythm analyze behaviour A.episodes.jsonl B.episodes.jsonl ...``. It shows *how* two students
+differ where :mod:`rhythm.eval.paired` shows *by how much*: docs/grpo.md reads from it that every refine
+setting moved the student's DEEP_WORK share on all people alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rhythm.env.constants import ACTIONS, CONDITIONS
+from rhythm.records import read_episodes
+
+
+def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per condition: ``{"episodes", "crashes", "behaviour", "belief_mae", "actions": {name: share}}``
+    (means over episodes; the belief MAE over the episodes that stated one; shares over all steps)."""
+    by_cond: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_cond.setdefault(r["condition"], []).append(r)
+    out = {}
+    for cond in sorted(by_cond, key=lambda c: (CONDITIONS.index(c) if c in CONDITIONS else len(CONDITIONS), c)):
+        eps = by_cond[cond]
+        counts = Counter(s["action"] for e in eps for s in e["steps"])
+        total = sum(counts.values()) or 1
+        maes = [e["score"]["belief_mae"] for e in eps if e["score"].get("belief_mae") is not None]
+        out[cond] = {
+            "episodes": len(eps),
+            "crashes": float(np.mean([e["score"]["crashes"] for e in eps])),
+            "behaviour": float(np.mean([e["score"]["behaviour_score"] for e in eps])),
+            "belief_mae": float(np.mean(maes)) if maes else None,
+            "actions": {a: counts.get(a, 0) / total for a in ACTIONS},
+        }
+    return out
+
+
+def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> str:
+    """Profiles of several agents as one table: a row per (condition, agent); action shares in percent,
+    the actions no agent played left out."""
+    played = [a for a in ACTIONS if any(p[c]["actions"][a] > 0 for _, p in named for c in p)]
+    head = f"{'condition':9s}  {'agent':16s}  people  crashes  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
+    lines = [head]
+    conds = [c for c in CONDITIONS if any(c in p for _, p in named)] + sorted({c for _, p in named for c in p} - set(CONDITIONS))
+    for cond in conds:
+        for name, prof in named:
+            if cond not in prof:
+                continue
+            d = prof[cond]
+            mae = "      -" if d["belief_mae"] is None else f"{d['belief_mae']:.4f}"
+            shares = " ".join(f"{100 * d['actions'][a]:6.1f}" for a in played)
+            lines.append(f"{cond:9s}  {name[-16:]:16s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {d['behaviour']:9.3f}  {mae:>10s}  {shares}")
+    return "\n".join(lines)
+
+
+def label(files: str) -> str:
+    """An agent's name in the table: the folder of its episodes file (``runs/eval/sft/eval_results_v2.episodes.jsonl``
+    -> ``sft``), or the file's name when it is not eval's."""
+    path = Path(files.split(",")[0])
+    return path.parent.name if path.name.endswith(".episodes.jsonl") and path.parent.name else path.name
+
+
+def behaviour_of(files: Sequence[str]) -> str:
+    """:func:`behaviour_table` of each episodes file (several joined with commas count as one agent)."""
+    return behaviour_table([(label(f), behaviour_profile(r for path in f.split(",") for _, r in read_episodes(path))) for f in files])

@@ -1,0 +1,63 @@
+"""A KL anchor to the starting policy on states the batch does not hold (``anchor_weight``).
+
+Branch mode's reward is exact for the states it scores, but a small student generalises each update to
+every state: a few hundred groups that favour resting over DEEP_WORK move its DEEP_WORK frequency
+everywhere (docs/grpo.md). The anchor adds, at every optimizer step, ``anchor_weight`` times the KL
+from the starting policy to the current one on ``anchor_states`` states drawn from a fixed pool of the
+run's prompts (full vocabulary, at each position of the starting policy's greedy reply), so a change
+must pay on the scored states without moving the others: InstructGPT's PPO-ptx idea, with the
+starting policy's own replies in place of pre-training text, so no teacher data is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rhythm.train.grpo.probe import PolicyProbe, left_pad
+
+
+class Anchor:
+    """The starting policy's greedy replies and distributions on a pool of states, and the KL to them."""
+
+    def __init__(self, prompts: Sequence[Any], tokenizer: Any, max_new_tokens: int, stop_ids: Sequence[int],
+                 per_step: int, seed: int) -> None:
+        self.pool = PolicyProbe(prompts, tokenizer, max_new_tokens, stop_ids)
+        self.per_step = min(int(per_step), len(self.pool.prompts))
+        self.rng = np.random.default_rng(seed)
+
+    def kl(self, model: Any):
+        """Mean per-token KL(start || current) on ``per_step`` pool states drawn afresh, with its gradient."""
+        import torch
+
+        if self.pool.start_replies is None:
+            self.pool.start(model)
+        picked = self.rng.choice(len(self.pool.prompts), self.per_step, replace=False)
+        replies = [self.pool.start_replies[i] for i in picked]
+        rows = [list(self.pool.prompt_ids[i]) + list(r) for i, r in zip(picked, replies, strict=True)]
+        ids, mask = left_pad(rows, self.pool.pad_id)
+        logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
+        end = ids.shape[1]
+        kls = []
+        for row, (i, r) in enumerate(zip(picked, replies, strict=True)):
+            now = torch.log_softmax(logits[row, end - len(r) - 1:end - 1], dim=-1)
+            start = self.pool.start_logprobs[i].to(now.device)
+            kls.append((start.exp() * (start - now)).sum(-1).mean())
+        return torch.stack(kls).mean()
+
+
+def anchored(trainer_cls: type, anchor: Anchor, weight: float) -> type:
+    """``trainer_cls`` whose training loss adds ``weight`` x the anchor's KL (logged as ``anchor/kl``)."""
+
+    class AnchoredTrainer(trainer_cls):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if not model.training:
+                return loss
+            kl = anchor.kl(model)
+            self._metrics["train"]["anchor/kl"].append(float(kl.detach()))
+            return loss + weight * kl
+
+    return AnchoredTrainer

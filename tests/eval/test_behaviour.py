@@ -1,0 +1,52 @@
+"""``rhythm analyze behaviour`` (:mod:`rhythm.eval.behaviour`): what agents did, counted by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
+from rhythm.agents.registry import make_agent
+from rhythm.env.constants import ACTIONS
+from rhythm.eval.behaviour import behaviour_profile, behaviour_table, label
+from rhythm.records import JsonlWriter
+
+
+def _week(condition, seed, actions, crashes, behaviour, mae):
+    return {"condition": condition, "seed": seed, "steps": [{"action": a} for a in actions],
+            "score": {"crashes": crashes, "behaviour_score": behaviour, "belief_mae": mae}}
+
+
+def test_shares_crashes_and_belief_error_by_hand():
+    records = [_week("ood", 1, ["SLEEP", "SLEEP", "DEEP_WORK", "NAP"], 3, 0.5, 0.2),
+               _week("in-dist", 2, ["SLEEP", "MEDITATE"], 1, 0.7, None),
+               _week("ood", 3, ["DEEP_WORK", "DEEP_WORK"], 0, 0.3, 0.1)]
+    prof = behaviour_profile(records)
+    assert list(prof) == ["in-dist", "ood"], "the benchmark's order of conditions"
+    ood = prof["ood"]
+    assert ood["episodes"] == 2 and ood["crashes"] == pytest.approx(1.5) and ood["behaviour"] == pytest.approx(0.4)
+    assert ood["belief_mae"] == pytest.approx(0.15)
+    assert ood["actions"]["DEEP_WORK"] == pytest.approx(3 / 6) and ood["actions"]["SLEEP"] == pytest.approx(2 / 6)
+    assert ood["actions"]["NAP"] == pytest.approx(1 / 6) and sum(ood["actions"].values()) == pytest.approx(1.0)
+    assert set(ood["actions"]) == set(ACTIONS)
+    assert prof["in-dist"]["belief_mae"] is None, "no belief stated: no error to average"
+    table = behaviour_table([("a", prof)]).splitlines()
+    assert "NAP" in table[0] and "LEISUR" not in table[0], "actions nobody played are left out"
+    assert table[2].split()[:4] == ["ood", "a", "2", "1.50"]
+
+
+def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_cli):
+    path = tmp_path / "heuristic" / "eval_results_v2.episodes.jsonl"
+    path.parent.mkdir()
+    records = [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("in-dist", "train", s) for s in range(3)])]
+    with JsonlWriter(path) as w:
+        for r in records:
+            w.write(r)
+    assert label(str(path)) == "heuristic" and label("x/teacher.jsonl") == "teacher.jsonl"
+    code, out, err = run_cli("analyze", "behaviour", str(path))
+    assert code == 0, err
+    row = out.splitlines()[1].split()
+    assert row[:3] == ["in-dist", "heuristic", "3"]
+    assert float(row[3]) == pytest.approx(sum(r["score"]["crashes"] for r in records) / 3, abs=0.005)
+    code, _, err = run_cli("analyze", "behaviour", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "not found" in err
