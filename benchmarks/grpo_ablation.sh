@@ -53,6 +53,8 @@ for row in "$@"; do
     # the shipped refine stage, as the quickstart runs it
     Q) grpo Q configs/grpo-tiny-branch.yaml ;;
     # second round (EVAL_SEEDS=100000-100299): a KL anchor to the starting policy on states outside the batch
+    # rows R (reward without the week-end belief before the last step) and A1/A2 (greedy belief line, only the
+    # action sampled: branch.sample=action, in commit 6fbed74) measured no help and left the code: docs/grpo.md
     B) grpo B configs/grpo-tiny-branch.yaml --set beta=0.04 ;;
     K2) grpo K2 configs/grpo-tiny-branch.yaml --set anchor_weight=2 ;;
     K20) grpo K20 configs/grpo-tiny-branch.yaml --set anchor_weight=20 ;;

@@ -50,7 +50,6 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "anchor_weight=-1"], "anchor_weight must be >= 0 and anchor_states >= 1, got -1.0 and 16"),
         (["--set", "anchor_states=0"], "anchor_weight must be >= 0 and anchor_states >= 1, got 0.0 and 0"),
         (["--mode", "episode", "--set", "anchor_weight=1"], "episode mode has none"),
-        (["--set", "branch.sample=belief"], "branch.sample must be reply or action, got 'belief'"),
         (["--set", "num_generations=1"], "num_generations must be >= 2"),
         (["--set", "per_device_train_batch_size=12"], "(12 completions) must be divisible by num_generations (8)"),
         (["--mode", "episode", "--set", "per_device_train_batch_size=5"], "per_device_train_batch_size (5) must divide it"),

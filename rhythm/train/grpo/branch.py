@@ -131,21 +131,8 @@ def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_t
     return scores
 
 
-def reasoning_part(tokenizer: Any, completion_ids: Sequence[int]) -> list[int]:
-    """A reply's tokens before its action (through the token that completes ``ACTION``); none when the
-    reply has no action line."""
-    for k in range(len(completion_ids)):
-        if "ACTION" in tokenizer.decode(list(completion_ids[: k + 1]), skip_special_tokens=True):
-            return list(completion_ids[: k + 1])
-    return []
-
-
-def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
-                        sample_action_only: bool = False) -> Callable[[list[Any], Any], dict[str, Any]]:
-    """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows). With
-    ``sample_action_only``, before the last step each state's belief line is the policy's greedy one and
-    only the action is sampled: the replies of a group then differ in their action alone, so the week
-    each leads to does not also carry a randomly drawn belief in its context."""
+def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str) -> Callable[[list[Any], Any], dict[str, Any]]:
+    """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -157,39 +144,23 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
         stop_ids = list(trainer.eos_token_ids)
         pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0])
         prompt_ids = encode_prompts(tokenizer, prompts)
-        row_states = [states[prompt_key(p)] for p in prompts]
+        ids, mask = left_pad(prompt_ids, pad_id)
+        width = ids.shape[1]
         step = trainer.state.global_step + 1
         generator_seed = trainer.args.seed * 100_003 + step
-        max_new = int(g.max_new_tokens)
         with unwrap_model_for_generation(
             trainer.model_wrapped, trainer.accelerator,
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
-
-            def generate(rows: list[list[int]], budget: list[int], sample: bool) -> list[list[int]]:
-                ids, mask = left_pad(rows, pad_id)
-                kwargs = dict(do_sample=True, temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0)) if sample \
-                    else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-                out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                                     max_new_tokens=max(budget), eos_token_id=stop_ids, pad_token_id=pad_id, **kwargs)
-                return [c[:b] for c, b in zip(cut_at_stop(out[:, ids.shape[1]:].tolist(), stop_ids), budget, strict=True)]
-
-            prefixes: list[list[int]] = [[] for _ in prompts]
-            if sample_action_only:
-                first = {}
-                for i, s in enumerate(row_states):
-                    if s.t < EPISODE_STEPS - 1:
-                        first.setdefault(s, i)
-                greedy = generate([prompt_ids[i] for i in first.values()], [max_new] * len(first), sample=False) if first else []
-                decided = {s: reasoning_part(tokenizer, c) for s, c in zip(first, greedy, strict=True)}
-                prefixes = [decided.get(s, []) for s in row_states]
             torch.manual_seed(generator_seed)
-            tails = generate([p + q for p, q in zip(prompt_ids, prefixes, strict=True)],
-                             [max(1, max_new - len(q)) for q in prefixes], sample=True)
-            completion_ids = [q + c for q, c in zip(prefixes, tails, strict=True)]
+            out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
+                                 temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
+                                 max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)
+            completion_ids = cut_at_stop(out[:, width:].tolist(), stop_ids)
             texts = tokenizer.batch_decode([[t for t in c if t not in stop_ids] for c in completion_ids], skip_special_tokens=True)
             texts = [t.strip() for t in texts]
+            row_states = [states[prompt_key(p)] for p in prompts]
             branch_of: dict[tuple[Any, ...], int] = {}
             branches: list[tuple[State, str]] = []
             index = []

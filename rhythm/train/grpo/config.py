@@ -42,17 +42,6 @@ class StepMode:
 
 
 @dataclass(frozen=True)
-class BranchMode:
-    """``mode: branch``: step mode's states, each reply rewarded with the final score of the week it leads
-    to, the policy playing on greedily (:mod:`rhythm.train.grpo.branch`)."""
-
-    sample: str = "reply"
-    """reply: each reply sampled whole; action: before the last step the belief line is the policy's greedy
-    one and only the action is sampled, so a group's replies (and the weeks they lead to) differ in their
-    action alone."""
-
-
-@dataclass(frozen=True)
 class EpisodeMode:
     """``mode: episode``: the student plays whole weeks (people from the data), each reply rewarded with its
     week's final score; one generation batch of weeks per optimizer step (its size derived)."""
@@ -88,8 +77,6 @@ class GRPORunConfig(TrainRunConfig):
     with its week's final score (settings under ``episode:``)."""
     step: StepMode = field(default_factory=StepMode)
     """Settings step and branch modes read (episode mode ignores them)."""
-    branch: BranchMode = field(default_factory=BranchMode)
-    """Settings only branch mode reads."""
     episode: EpisodeMode = field(default_factory=EpisodeMode)
     """Settings only episode mode reads (step mode ignores them)."""
     rollout_seeds: Union[str, int, None] = None
@@ -228,8 +215,6 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"anchor_weight must be >= 0 and anchor_states >= 1, got {cfg.anchor_weight} and {cfg.anchor_states}")
     if cfg.anchor_weight > 0 and cfg.mode == "episode":
         raise RhythmError("anchor_weight draws its states from the prompts of step or branch mode; episode mode has none")
-    if cfg.branch.sample not in ("reply", "action"):
-        raise RhythmError(f"branch.sample must be reply or action, got {cfg.branch.sample!r}")
     if cfg.mode == "branch" and cfg.step.use_vllm:
         raise RhythmError("branch mode plays weeks with the trained model itself; step.use_vllm applies to step mode only")
     if cfg.mode == "step" and cfg.step.use_vllm and not cfg.jobs.flavor:

@@ -211,8 +211,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if cfg.mode == "episode":
         rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
     elif cfg.mode == "branch":
-        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}",
-                                      sample_action_only=cfg.branch.sample == "action")
+        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}")
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer)
