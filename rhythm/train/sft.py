@@ -206,11 +206,13 @@ class SFTRun:
     resume: str | None
 
 
-def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None) -> SFTRun:
-    """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet)."""
+def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None,
+                  examples: Callable[..., tuple[dict, DataReport]] = build_examples) -> SFTRun:
+    """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet). ``examples``
+    turns ``cfg.data`` into rows: :func:`build_examples`, unless a probe brings its own (benchmarks/dagger_probe.py)."""
     validate(cfg)
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
-    rows, report = build_examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
+    rows, report = examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
     out, resume, resolved = prepare_run(cfg, quiet)
     model_path = resolved["model_path"] = resolve_model(cfg.model_name_or_path)
 
@@ -221,9 +223,9 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as err:
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
-    examples = tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
-                                 echo_loss=cfg.echo_loss)
-    data = {name: Dataset.from_list(split) for name, split in examples.items() if split}
+    tokenized = tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
+                                  echo_loss=cfg.echo_loss)
+    data = {name: Dataset.from_list(split) for name, split in tokenized.items() if split}
     try:
         trainer = weighted_sft_trainer(
             tokenizer,
@@ -239,12 +241,13 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     return SFTRun(trainer, cfg, resolved, report, resume)
 
 
-def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None,
+            examples: Callable[..., tuple[dict, DataReport]] = build_examples) -> dict[str, Any]:
     """Train, evaluate, save (and optionally push); returns the run summary (also in ``sft_summary.json``)."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
-        return _train(build_trainer(cfg, quiet=quiet), started, say)
+        return _train(build_trainer(cfg, quiet=quiet, examples=examples), started, say)
 
 
 def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str, Any]:

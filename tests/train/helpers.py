@@ -71,3 +71,19 @@ def write_v1_episodes(path: Path, records: list[dict]) -> Path:
         for r in records:
             w.write(as_v1(r))
     return path
+
+
+def masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
+    """Maximal runs of consecutive tokens marked for loss."""
+    runs: list[list[int]] = []
+    current: list[int] | None = None
+    for i, m in zip(ids, mask, strict=True):
+        if m:
+            current = [] if current is None else current
+            current.append(i)
+        elif current is not None:
+            runs.append(current)
+            current = None
+    if current is not None:
+        runs.append(current)
+    return runs
