@@ -21,27 +21,13 @@ from rhythm.config import load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.hub import push_folder
+from rhythm.train.jobs import JobsConfig
 
 LOG_NAME = "training_log.jsonl"
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 Auto = Union[bool, Literal["auto"]]
 C = TypeVar("C", bound="TrainRunConfig")
-
-
-@dataclass(frozen=True)
-class JobsConfig:
-    """Hugging Face Jobs: where ``rhythm sft|grpo --flavor`` runs the stage (read only when ``flavor`` is set)."""
-
-    flavor: str | None = None
-    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, a100-large, h100 ...); None = run here."""
-    timeout: str = "3h"
-    """Maximum wall time of the job (s/m/h/d suffix)."""
-    data_repo: str | None = None
-    """Dataset repo holding the data files (local files named in data are uploaded there first); defaults to
-    YOU/rhythm-teacher (whoami)."""
-    namespace: str | None = None
-    """Namespace to run the job in (default: hub_model_id's owner)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from rhythm.agents.tiny import resolve_model
 from rhythm.errors import RhythmError
 from rhythm.train.common import (
     LOG_NAME,
-    JobsConfig,
     TrainRunConfig,
     check_hub_and_data,
     data_paths,
@@ -42,6 +41,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
+from rhythm.train.jobs import JobsConfig
 
 REPORT_NAME = "data_report.json"
 

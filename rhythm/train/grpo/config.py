@@ -10,8 +10,9 @@ from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import looks_local
 from rhythm.seeds import parse_seeds
-from rhythm.train.common import JobsConfig, TrainRunConfig, check_hub_and_data, data_paths
+from rhythm.train.common import TrainRunConfig, check_hub_and_data, data_paths
 from rhythm.train.grpo.rewards import REWARD_FUNCS
+from rhythm.train.jobs import JobsConfig
 
 MODES = ("step", "branch", "episode")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")
