@@ -221,11 +221,6 @@ def make_log_callback(path: Path, stage: str):
     return JsonlLogCallback()
 
 
-def read_training_log(path: str | Path) -> list[dict[str, Any]]:
-    """The entries of a ``training_log.jsonl`` (any stage)."""
-    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
-
-
 def series(history: list[dict[str, Any]], key: str) -> list[float]:
     """The finite values of ``key`` in a TRL log history, in order."""
     return [float(e[key]) for e in history if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
