@@ -92,8 +92,16 @@ def data_paths(cfg: TrainRunConfig) -> list[str]:
     return [p.strip() for p in cfg.data.split(",") if p.strip()]
 
 
-def check_hub_and_data(cfg: TrainRunConfig) -> None:
-    """The checks both stages end with: a push needs its repo, and a local run needs its data files."""
+def check_shared(cfg: Any) -> None:
+    """The checks of the settings both stages have: steps, sizes and dtype; a push needs its repo, and a local run
+    needs its data files."""
+    if cfg.max_steps == 0 or cfg.max_steps < -1:
+        raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
+    for name in ("per_device_train_batch_size", "logging_steps", "save_steps", "lora_r", "lora_alpha"):
+        if getattr(cfg, name) < 1:
+            raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
+        raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
     if cfg.push_to_hub and not cfg.hub_model_id:
         raise RhythmError("push_to_hub needs hub_model_id (user/name)")
     if cfg.jobs.flavor is None:

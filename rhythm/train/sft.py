@@ -29,7 +29,7 @@ from rhythm.errors import RhythmError
 from rhythm.train.common import (
     LOG_NAME,
     TrainRunConfig,
-    check_hub_and_data,
+    check_shared,
     data_paths,
     entry_main,
     make_log_callback,
@@ -109,12 +109,9 @@ def validate(cfg: SFTRunConfig) -> None:
     """Cheap checks before anything heavy is imported or launched."""
     if not data_paths(cfg):
         raise RhythmError("no data given; pass --data FILE (a teacher episodes JSONL)")
-    if cfg.max_steps == 0 or cfg.max_steps < -1:
-        raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
     if cfg.max_steps == -1 and cfg.num_train_epochs <= 0:
         raise RhythmError("num_train_epochs must be positive when max_steps is -1")
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                 "eval_steps", "logging_steps", "save_steps", "lora_r", "lora_alpha", "max_length"):
+    for name in ("per_device_eval_batch_size", "gradient_accumulation_steps", "eval_steps", "max_length"):
         if getattr(cfg, name) < 1:
             raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.val_fraction < 1.0:
@@ -127,9 +124,7 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
-    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
-        raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
-    check_hub_and_data(cfg)
+    check_shared(cfg)
 
 
 def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool, quiet: bool = False,
