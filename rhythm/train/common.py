@@ -32,8 +32,7 @@ C = TypeVar("C", bound="TrainRunConfig")
 
 @dataclass(frozen=True)
 class TrainRunConfig:
-    """The fields ``rhythm sft`` and ``rhythm grpo`` share (names follow TRL's where one exists); each
-    stage's config adds its own and sets its defaults (``SFTRunConfig``, ``GRPORunConfig``)."""
+    """The fields ``rhythm sft`` and ``rhythm grpo`` share (TRL's names); each stage adds its own and its defaults."""
 
     # --- model
     dtype: str = "auto"
@@ -93,8 +92,7 @@ def data_paths(cfg: TrainRunConfig) -> list[str]:
 
 
 def check_shared(cfg: Any) -> None:
-    """The checks of the settings both stages have: steps, sizes and dtype; a push needs its repo, and a local run
-    needs its data files."""
+    """The checks of what both stages have: steps, sizes, dtype, a push's repo and, for a local run, the data files."""
     if cfg.max_steps == 0 or cfg.max_steps < -1:
         raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
     for name in ("per_device_train_batch_size", "logging_steps", "save_steps", "lora_r", "lora_alpha"):
@@ -118,10 +116,8 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
     out = Path(cfg.output_dir)
     if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
         if not cfg.overwrite_output_dir:
-            raise RhythmError(
-                f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
-                "pass overwrite_output_dir=true, or choose another output_dir"
-            )
+            raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
+                              "pass overwrite_output_dir=true, or choose another output_dir")
         for ckpt in out.glob("checkpoint-*"):
             shutil.rmtree(ckpt, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -74,11 +74,9 @@ class DataReport:
     def summary_line(self) -> str:
         dropped = sum(self.dropped_episodes.values())
         why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
-        return (
-            f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
-            f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
-            f"dropped {dropped} episodes ({why})"
-        )
+        return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
+                f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
+                f"dropped {dropped} episodes ({why})")
 
 
 def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> tuple[list[str], str | None]:
@@ -147,8 +145,8 @@ def build_examples(
                 steps = steps[: options.first_turns]
                 record = {**record, "steps": steps}
             if any(step.get("explored") for step in steps):
-                raise RhythmError(f"{where}: explored steps (benchmarks/dagger_probe.py --actions student) train with "
-                                  "python benchmarks/dagger_probe.py sft, which keeps their ACTION lines out of the loss")
+                raise RhythmError(f"{where}: explored steps train with python benchmarks/dagger_probe.py sft, which "
+                                  "keeps their ACTION lines out of the loss")
             if options.min_score is not None and _final_score(record, where) < options.min_score:
                 report.drop_episode(BELOW_MIN_SCORE, len(steps))
                 continue
@@ -180,9 +178,8 @@ def tokenize_examples(
     observation_loss: float = 0.0, echo_loss: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Render and tokenize every week once, in batches, as TRL would (it then skips its own preparation), adding
-    ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week longer than ``max_length`` tokens
-    is left out and counted, since TRL's truncation would silently cut its last turns' loss; the longest week is
-    recorded in the report."""
+    ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week over ``max_length`` tokens is left
+    out and counted (TRL's truncation would cut its last turns' loss); the report records the longest week."""
     from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 
     # what SFTTrainer renders with under assistant_only_loss: the tokenizer's own template when it has

@@ -48,8 +48,7 @@ REPORT_NAME = "data_report.json"
 
 @dataclass(frozen=True)
 class SFTRunConfig(TrainRunConfig):
-    """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are the real recipe
-    (``configs/sft.yaml``; ``configs/sft-tiny.yaml`` is the offline one). Shared fields: :class:`TrainRunConfig`."""
+    """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are ``configs/sft.yaml``'s."""
 
     # --- model
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"
@@ -64,14 +63,11 @@ class SFTRunConfig(TrainRunConfig):
     drop_parse_failures: bool = True
     """Leave out weeks with a teacher reply that names no valid ACTION."""
     observation_loss: float = 0.0
-    """Weight in the loss of the rest of the week (observations, system prompt, chat markup) beside the replies'
-    1: 0 = assistant-only, 1 = every token (0.1 in the tiny student's stage 1: it then reads the meters better)."""
+    """Loss weight of the rest of the week (observations, prompt, markup) beside the replies' 1; 0 = assistant-only."""
     echo_loss: float | None = None
-    """Weight of the action name each observation echoes (``After DEEP_WORK:``), in [0, 1]; None = observation_loss
-    (1 in the tiny student's stage 1: it then reads the serenity meter and meditates; docs/student.md)."""
+    """Loss weight of the action name each observation echoes (``After DEEP_WORK:``); None = observation_loss."""
     first_turns: int | None = None
-    """Train on each week's first N turns only (None: whole weeks): the openings, where the belief moves most, make
-    a cheap curriculum stage."""
+    """Train on each week's first N turns only, a curriculum stage (None: whole weeks)."""
     max_length: int = 1024
     """Tokens per example; longer examples are dropped (and counted), never truncated."""
     # --- optimisation

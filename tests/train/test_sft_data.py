@@ -212,7 +212,7 @@ def test_explored_steps_are_refused_with_the_probe_that_trains_them(tmp_path, ep
     record = orjson.loads(episodes[0].read_bytes().splitlines()[0])
     record["steps"][3]["explored"] = True
     path.write_bytes(orjson.dumps(record) + b"\n")
-    with pytest.raises(RhythmError, match=re.escape(f"{path}:1: explored steps (benchmarks/dagger_probe.py")):
+    with pytest.raises(RhythmError, match=re.escape(f"{path}:1: explored steps train with python benchmarks/dagger_probe.py sft")):
         build_examples(str(path), DataOptions(val_fraction=0.0))
     rows, _ = build_examples(str(path), DataOptions(val_fraction=0.0, first_turns=3))  # the opening has none
     assert len(rows["train"]) == 1
