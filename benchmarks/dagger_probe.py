@@ -10,13 +10,19 @@ week as one SFT conversation (a transcript cannot show the student's reply and l
 - ``teacher`` (default): every reply is the teacher's ``BELIEF``/``ACTION`` lines, learned; the next
   observation still says ``After <the student's action>``.
 - ``student``: every reply states the teacher's belief (learned) and the student's action, which the loss
-  learns only where the teacher would have chosen it too (other steps are marked ``explored``).
+  learns only where the teacher would have chosen it too (other steps are marked ``explored``). ``rhythm sft``
+  refuses explored steps; ``dagger_probe.py sft`` (:func:`train`) is ``rhythm sft`` with their ACTION lines
+  kept in context and out of the loss (a probe: row D2 did not beat the student it started from, so ``rhythm
+  sft`` does not carry it).
 
 Run (docs/student.md, rows D1 and D2)::
 
     python benchmarks/dagger_probe.py --model runs/sft --seeds 4800-5759 --output data/dagger.jsonl
     python benchmarks/dagger_probe.py --model runs/sft --seeds 4800-5759 --output data/dagger-own.jsonl --actions student
     rhythm sft --config configs/sft-tiny.yaml --data data/dagger.jsonl --model runs/sft -o runs/sft-dagger \\
+        --set learning_rate=1e-3 --set lr_scheduler_type=cosine --set max_steps=120
+    python benchmarks/dagger_probe.py sft --config configs/sft-tiny.yaml --set data=data/dagger-own.jsonl \\
+        --set model_name_or_path=runs/sft --set output_dir=runs/sft-dagger-own \\
         --set learning_rate=1e-3 --set lr_scheduler_type=cosine --set max_steps=120
 
 Seeds are in-dist, train split: keep them apart from the teacher data's and from the free-play seeds
@@ -27,11 +33,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report  # noqa: E402
@@ -41,10 +50,14 @@ from rhythm.agents.episodes import play  # noqa: E402
 from rhythm.agents.model import ModelAgent  # noqa: E402
 from rhythm.agents.teachers import BayesAgent, TeacherConfig  # noqa: E402
 from rhythm.env.constants import ACTIONS  # noqa: E402
+from rhythm.errors import RhythmError  # noqa: E402
 from rhythm.model.load import ModelOptions  # noqa: E402
 from rhythm.protocol import format_ending  # noqa: E402
-from rhythm.records import dumps  # noqa: E402
+from rhythm.records import dumps, read_episodes  # noqa: E402
 from rhythm.seeds import parse_seeds  # noqa: E402
+from rhythm.train.common import entry_main  # noqa: E402
+from rhythm.train.data import DataOptions, DataReport, build_examples  # noqa: E402
+from rhythm.train.sft import SFTRunConfig, run_sft  # noqa: E402
 
 
 class StudentActsTeacherLabels:
@@ -76,7 +89,62 @@ class StudentActsTeacherLabels:
         return out
 
 
+def split_turns(messages: list[dict[str, Any]], explored: list[bool]) -> list[dict[str, Any]]:
+    """Keep the ACTION line of each ``explored`` step out of the loss: an assistant message renders as ``context +
+    content + after`` (the tiny student's chat template) and only ``content`` is learned (with ``<|im_end|>`` when
+    ``after`` is empty), so such a reply's BELIEF line is learned and its ACTION line is context. Every message gets
+    both fields: one schema."""
+    out: list[dict[str, Any]] = []
+    turns = iter(explored)
+    for m in messages:
+        m = {**m, "context": None, "after": None}
+        if m["role"] == "assistant":
+            belief, _, action = m["content"].partition("\n")
+            if next(turns):
+                m.update(context="", content=belief, after="\n" + action)
+            else:
+                m.update(context="", after="")
+        out.append(m)
+    return out
+
+
+def explored_examples(paths: list[str], options: DataOptions) -> tuple[dict[str, list[dict[str, Any]]], DataReport]:
+    """:func:`rhythm.train.data.build_examples` for weeks with explored steps: the weeks are read without the flag
+    (copies in a temporary folder), then :func:`split_turns` takes each explored step's ACTION line out of the loss."""
+    explored: dict[str, list[bool]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = [Path(tmp) / str(i) / Path(path).name for i, path in enumerate(paths)]
+        for path, copy in zip(paths, plain):
+            copy.parent.mkdir()
+            with open(copy, "wb") as f:
+                for _, record in read_episodes(path):
+                    key = f"{record['condition']}/{record['split']}/{record['seed']}"
+                    if key in explored:
+                        raise RhythmError(f"{path}: {key} played twice; one week per person")
+                    explored[key] = [bool(step.pop("explored", False)) for step in record["steps"]]
+                    f.write(orjson.dumps(record) + b"\n")
+        if any(map(any, explored.values())) and not options.strip_reasoning:
+            raise RhythmError("explored steps need strip_reasoning: true "
+                              "(only the protocol lines can be split into learned and unlearned parts)")
+        rows, report = build_examples([str(p) for p in plain], options)
+    report.files = [str(p) for p in paths]
+    for split in rows.values():
+        for row in split:
+            row["messages"] = split_turns(row["messages"], explored[row["episode"]])
+    return rows, report
+
+
+def train(cfg: SFTRunConfig, quiet: bool = False) -> dict[str, Any]:
+    """``rhythm sft`` on weeks with explored steps (:func:`explored_examples`)."""
+    if cfg.observation_loss > 0 or (cfg.echo_loss is not None and cfg.echo_loss != cfg.observation_loss):
+        raise RhythmError("observation_loss or echo_loss would put the explored steps' unlearned ACTION lines in "
+                          "the loss; leave them at 0 and null")
+    return run_sft(cfg, quiet=quiet, examples=explored_examples)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["sft"]:
+        sys.exit(entry_main("sft", SFTRunConfig, train, sys.argv[2:], omit=("data",), doc=train.__doc__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the student: a rhythm sft output dir")
     ap.add_argument("--seeds", required=True, help="in-dist train-split seeds, e.g. 4800-5759")

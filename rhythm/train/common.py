@@ -21,6 +21,7 @@ from rhythm.config import load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.hub import push_folder
+from rhythm.train.jobs import JobsConfig
 
 LOG_NAME = "training_log.jsonl"
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -30,24 +31,8 @@ C = TypeVar("C", bound="TrainRunConfig")
 
 
 @dataclass(frozen=True)
-class JobsConfig:
-    """Hugging Face Jobs: where ``rhythm sft|grpo --flavor`` runs the stage (read only when ``flavor`` is set)."""
-
-    flavor: str | None = None
-    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, a100-large, h100 ...); None = run here."""
-    timeout: str = "3h"
-    """Maximum wall time of the job (s/m/h/d suffix)."""
-    data_repo: str | None = None
-    """Dataset repo holding the data files (local files named in data are uploaded there first); defaults to
-    YOU/rhythm-teacher (whoami)."""
-    namespace: str | None = None
-    """Namespace to run the job in (default: hub_model_id's owner)."""
-
-
-@dataclass(frozen=True)
 class TrainRunConfig:
-    """The fields ``rhythm sft`` and ``rhythm grpo`` share (names follow TRL's where one exists); each
-    stage's config adds its own and sets its defaults (``SFTRunConfig``, ``GRPORunConfig``)."""
+    """The fields ``rhythm sft`` and ``rhythm grpo`` share (TRL's names); each stage adds its own and its defaults."""
 
     # --- model
     dtype: str = "auto"
@@ -106,8 +91,15 @@ def data_paths(cfg: TrainRunConfig) -> list[str]:
     return [p.strip() for p in cfg.data.split(",") if p.strip()]
 
 
-def check_hub_and_data(cfg: TrainRunConfig) -> None:
-    """The checks both stages end with: a push needs its repo, and a local run needs its data files."""
+def check_shared(cfg: Any) -> None:
+    """The checks of what both stages have: steps, sizes, dtype, a push's repo and, for a local run, the data files."""
+    if cfg.max_steps == 0 or cfg.max_steps < -1:
+        raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
+    for name in ("per_device_train_batch_size", "logging_steps", "save_steps", "lora_r", "lora_alpha"):
+        if getattr(cfg, name) < 1:
+            raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
+        raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
     if cfg.push_to_hub and not cfg.hub_model_id:
         raise RhythmError("push_to_hub needs hub_model_id (user/name)")
     if cfg.jobs.flavor is None:
@@ -124,10 +116,8 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
     out = Path(cfg.output_dir)
     if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
         if not cfg.overwrite_output_dir:
-            raise RhythmError(
-                f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
-                "pass overwrite_output_dir=true, or choose another output_dir"
-            )
+            raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
+                              "pass overwrite_output_dir=true, or choose another output_dir")
         for ckpt in out.glob("checkpoint-*"):
             shutil.rmtree(ckpt, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -233,11 +223,6 @@ def make_log_callback(path: Path, stage: str):
                 self.written = len(state.log_history)
 
     return JsonlLogCallback()
-
-
-def read_training_log(path: str | Path) -> list[dict[str, Any]]:
-    """The entries of a ``training_log.jsonl`` (any stage)."""
-    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
 
 
 def series(history: list[dict[str, Any]], key: str) -> list[float]:

@@ -74,11 +74,9 @@ class DataReport:
     def summary_line(self) -> str:
         dropped = sum(self.dropped_episodes.values())
         why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
-        return (
-            f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
-            f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
-            f"dropped {dropped} episodes ({why})"
-        )
+        return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
+                f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
+                f"dropped {dropped} episodes ({why})")
 
 
 def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> tuple[list[str], str | None]:
@@ -100,25 +98,6 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
             return [], PARSE_FAILURE
         replies.append(format_ending(parsed.belief, parsed.action) if options.strip_reasoning else response)
     return replies, None
-
-
-def split_turns(messages: list[dict[str, Any]], explored: list[bool]) -> list[dict[str, Any]]:
-    """Keep the ACTION line of each ``explored`` step (an action its agent did not choose, as
-    ``benchmarks/dagger_probe.py`` writes them) out of the loss: an assistant message renders as ``context +
-    content + after`` and only ``content`` is learned (with ``<|im_end|>`` when ``after`` is empty), so such a
-    reply's BELIEF line is learned and its ACTION line is context. Every message gets both fields: one schema."""
-    out: list[dict[str, Any]] = []
-    turns = iter(explored)
-    for m in messages:
-        m = {**m, "context": None, "after": None}
-        if m["role"] == "assistant":
-            belief, _, action = m["content"].partition("\n")
-            if next(turns):
-                m.update(context="", content=belief, after="\n" + action)
-            else:
-                m.update(context="", after="")
-        out.append(m)
-    return out
 
 
 def _final_score(record: dict[str, Any], where: str) -> float:
@@ -165,6 +144,9 @@ def build_examples(
             if options.first_turns is not None:
                 steps = steps[: options.first_turns]
                 record = {**record, "steps": steps}
+            if any(step.get("explored") for step in steps):
+                raise RhythmError(f"{where}: explored steps train with python benchmarks/dagger_probe.py sft, which "
+                                  "keeps their ACTION lines out of the loss")
             if options.min_score is not None and _final_score(record, where) < options.min_score:
                 report.drop_episode(BELOW_MIN_SCORE, len(steps))
                 continue
@@ -179,12 +161,6 @@ def build_examples(
             if not rows:
                 report.episodes_kept += 1
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
-            explored = [bool(step.get("explored", False)) for step in steps]
-            if any(explored):
-                if not options.strip_reasoning:
-                    raise RhythmError(f"{where}: explored steps need strip_reasoning: true "
-                                      "(only the protocol lines can be split into learned and unlearned parts)")
-                messages = split_turns(messages, explored)
             rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
                          "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
     _, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
@@ -202,9 +178,8 @@ def tokenize_examples(
     observation_loss: float = 0.0, echo_loss: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Render and tokenize every week once, in batches, as TRL would (it then skips its own preparation), adding
-    ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week longer than ``max_length`` tokens
-    is left out and counted, since TRL's truncation would silently cut its last turns' loss; the longest week is
-    recorded in the report."""
+    ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week over ``max_length`` tokens is left
+    out and counted (TRL's truncation would cut its last turns' loss); the report records the longest week."""
     from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 
     # what SFTTrainer renders with under assistant_only_loss: the tokenizer's own template when it has
@@ -230,9 +205,6 @@ def tokenize_examples(
                 if not any(mask):
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
-                if (observation_loss > 0 or echo) and any(m.get("context") or m.get("after") for m in example["messages"]):
-                    raise RhythmError(f"episode {example['episode']}: observation_loss or echo_loss would put the explored "
-                                      "steps' unlearned ACTION lines in the loss; use one or the other")
                 weights = week_weights(mask, observation_loss, echo_mask, echo_loss)
                 labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
                 kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights})

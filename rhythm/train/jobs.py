@@ -158,6 +158,21 @@ def package_sources() -> dict[str, bytes]:
     }
 
 
+@dataclass(frozen=True)
+class JobsConfig:
+    """Hugging Face Jobs: where ``rhythm sft|grpo --flavor`` runs the stage (read only when ``flavor`` is set)."""
+
+    flavor: str | None = None
+    """Run on Hugging Face Jobs on this hardware (a10g-large, l4x1, a100-large, h100 ...); None = run here."""
+    timeout: str = "3h"
+    """Maximum wall time of the job (s/m/h/d suffix)."""
+    data_repo: str | None = None
+    """Dataset repo holding the data files (local files named in data are uploaded there first); defaults to
+    YOU/rhythm-teacher (whoami)."""
+    namespace: str | None = None
+    """Namespace to run the job in (default: hub_model_id's owner)."""
+
+
 @dataclass
 class JobPlan:
     """Everything a submission does, computed before any request (``--dry-run`` prints it)."""

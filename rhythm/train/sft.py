@@ -28,9 +28,8 @@ from rhythm.agents.tiny import resolve_model
 from rhythm.errors import RhythmError
 from rhythm.train.common import (
     LOG_NAME,
-    JobsConfig,
     TrainRunConfig,
-    check_hub_and_data,
+    check_shared,
     data_paths,
     entry_main,
     make_log_callback,
@@ -42,14 +41,14 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
+from rhythm.train.jobs import JobsConfig
 
 REPORT_NAME = "data_report.json"
 
 
 @dataclass(frozen=True)
 class SFTRunConfig(TrainRunConfig):
-    """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are the real recipe
-    (``configs/sft.yaml``; ``configs/sft-tiny.yaml`` is the offline one). Shared fields: :class:`TrainRunConfig`."""
+    """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are ``configs/sft.yaml``'s."""
 
     # --- model
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"
@@ -64,14 +63,11 @@ class SFTRunConfig(TrainRunConfig):
     drop_parse_failures: bool = True
     """Leave out weeks with a teacher reply that names no valid ACTION."""
     observation_loss: float = 0.0
-    """Weight in the loss of the rest of the week (observations, system prompt, chat markup) beside the replies'
-    1: 0 = assistant-only, 1 = every token (0.1 in the tiny student's stage 1: it then reads the meters better)."""
+    """Loss weight of the rest of the week (observations, prompt, markup) beside the replies' 1; 0 = assistant-only."""
     echo_loss: float | None = None
-    """Weight of the action name each observation echoes (``After DEEP_WORK:``), in [0, 1]; None = observation_loss
-    (1 in the tiny student's stage 1: it then reads the serenity meter and meditates; docs/student.md)."""
+    """Loss weight of the action name each observation echoes (``After DEEP_WORK:``); None = observation_loss."""
     first_turns: int | None = None
-    """Train on each week's first N turns only (None: whole weeks): the openings, where the belief moves most, make
-    a cheap curriculum stage."""
+    """Train on each week's first N turns only, a curriculum stage (None: whole weeks)."""
     max_length: int = 1024
     """Tokens per example; longer examples are dropped (and counted), never truncated."""
     # --- optimisation
@@ -109,12 +105,9 @@ def validate(cfg: SFTRunConfig) -> None:
     """Cheap checks before anything heavy is imported or launched."""
     if not data_paths(cfg):
         raise RhythmError("no data given; pass --data FILE (a teacher episodes JSONL)")
-    if cfg.max_steps == 0 or cfg.max_steps < -1:
-        raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
     if cfg.max_steps == -1 and cfg.num_train_epochs <= 0:
         raise RhythmError("num_train_epochs must be positive when max_steps is -1")
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                 "eval_steps", "logging_steps", "save_steps", "lora_r", "lora_alpha", "max_length"):
+    for name in ("per_device_eval_batch_size", "gradient_accumulation_steps", "eval_steps", "max_length"):
         if getattr(cfg, name) < 1:
             raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.val_fraction < 1.0:
@@ -127,9 +120,7 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
-    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
-        raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
-    check_hub_and_data(cfg)
+    check_shared(cfg)
 
 
 def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool, quiet: bool = False,
@@ -206,11 +197,13 @@ class SFTRun:
     resume: str | None
 
 
-def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None) -> SFTRun:
-    """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet)."""
+def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None,
+                  examples: Callable[..., tuple[dict, DataReport]] = build_examples) -> SFTRun:
+    """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet). ``examples``
+    turns ``cfg.data`` into rows: :func:`build_examples`, unless a probe brings its own (benchmarks/dagger_probe.py)."""
     validate(cfg)
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
-    rows, report = build_examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
+    rows, report = examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
     out, resume, resolved = prepare_run(cfg, quiet)
     model_path = resolved["model_path"] = resolve_model(cfg.model_name_or_path)
 
@@ -221,9 +214,9 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as err:
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
-    examples = tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
-                                 echo_loss=cfg.echo_loss)
-    data = {name: Dataset.from_list(split) for name, split in examples.items() if split}
+    tokenized = tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
+                                  echo_loss=cfg.echo_loss)
+    data = {name: Dataset.from_list(split) for name, split in tokenized.items() if split}
     try:
         trainer = weighted_sft_trainer(
             tokenizer,
@@ -239,12 +232,13 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     return SFTRun(trainer, cfg, resolved, report, resume)
 
 
-def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None,
+            examples: Callable[..., tuple[dict, DataReport]] = build_examples) -> dict[str, Any]:
     """Train, evaluate, save (and optionally push); returns the run summary (also in ``sft_summary.json``)."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
-        return _train(build_trainer(cfg, quiet=quiet), started, say)
+        return _train(build_trainer(cfg, quiet=quiet, examples=examples), started, say)
 
 
 def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str, Any]:

@@ -11,7 +11,12 @@ import pytest
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
+from rhythm.errors import RhythmError
 from rhythm.protocol import parse_reply
+from rhythm.records import JsonlWriter
+from rhythm.train.data import DataOptions
+from rhythm.train.sft import SFTRunConfig
+from tests.train.helpers import masked_runs
 
 SEEDS = (0, 1, 2)
 
@@ -72,3 +77,39 @@ def labelled_agreement(probe, specs) -> int:
     agent = probe.StudentActsTeacherLabels(make_agent("heuristic"), make_agent("bayes"), "teacher")
     play(agent, specs)
     return agent.agreed
+
+
+@pytest.mark.slow
+def test_explored_actions_stay_out_of_the_loss(tmp_path, tiny_student):
+    """A step marked ``explored`` (an action that was not the agent's choice) keeps its ACTION line in the
+    conversation (the student sees it in context) but out of the loss; its BELIEF line and every other reply
+    are learned. ``rhythm sft`` refuses such weeks (tests/train/test_sft_data.py); the probe's ``sft`` trains them."""
+    from transformers import AutoTokenizer
+
+    probe = _probe()
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    path = tmp_path / "explored.jsonl"
+    records = [r.to_dict() for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)])]
+    for r in records:
+        for step in r["steps"][::3]:
+            step["explored"] = True
+    with JsonlWriter(path) as w:
+        for r in records:
+            w.write(r)
+    with pytest.raises(RhythmError, match="explored steps need strip_reasoning"):
+        probe.explored_examples([str(path)], DataOptions(val_fraction=0.0))
+    rows, report = probe.explored_examples([str(path)], DataOptions(val_fraction=0.0, strip_reasoning=True))
+    assert report.files == [str(path)] and report.train_examples == 2
+    for row, rec in zip(rows["train"], records, strict=True):
+        replies = [m for m in row["messages"] if m["role"] == "assistant"]
+        out = tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        runs = masked_runs(out["input_ids"], out["assistant_masks"])
+        assert [tok.decode(r) for r in runs] == [m["content"] + ("" if m["after"] else "<|im_end|>") for m in replies]
+        for m, step in zip(replies, rec["steps"], strict=True):
+            shown = parse_reply(m["context"] + m["content"] + m["after"])
+            assert shown.ok and shown.action_name == step["action"]  # the played action is always in context
+            assert list(parse_reply(m["content"]).belief) == step["belief"]
+            assert ("ACTION" in m["content"]) == (not step.get("explored"))
+    for weights in ({"observation_loss": 0.1}, {"echo_loss": 1.0}):  # either would train the unlearned parts
+        with pytest.raises(RhythmError, match="observation_loss or echo_loss would put the explored"):
+            probe.train(SFTRunConfig(data=str(path), strip_reasoning=True, **weights))

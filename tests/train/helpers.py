@@ -1,5 +1,5 @@
 """Helpers of the training tests: real bayes episodes written as the generate stage writes them, shared
-tiny SFT runs, and ``rhythm`` run in a subprocess against the fake Hub."""
+tiny SFT runs, ``rhythm`` run in a subprocess against the fake Hub, and readers of what a run wrote."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
@@ -71,3 +74,24 @@ def write_v1_episodes(path: Path, records: list[dict]) -> Path:
         for r in records:
             w.write(as_v1(r))
     return path
+
+
+def masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
+    """Maximal runs of consecutive tokens marked for loss."""
+    runs: list[list[int]] = []
+    current: list[int] | None = None
+    for i, m in zip(ids, mask, strict=True):
+        if m:
+            current = [] if current is None else current
+            current.append(i)
+        elif current is not None:
+            runs.append(current)
+            current = None
+    if current is not None:
+        runs.append(current)
+    return runs
+
+
+def read_training_log(path: str | Path) -> list[dict[str, Any]]:
+    """The entries of a ``training_log.jsonl`` (any stage)."""
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]

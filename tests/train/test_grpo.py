@@ -16,11 +16,10 @@ from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.grader import score_episode
 from rhythm.locking import lock_path, output_lock
-from rhythm.train.common import read_training_log
 from rhythm.train.grpo import GRPORunConfig, assign_weeks
 from rhythm.train.grpo.rewards import action_value_reward, belief_reward, format_reward
 
-from .helpers import REPO, TINY_CONFIG
+from .helpers import REPO, TINY_CONFIG, read_training_log
 
 FROM_MODEL = ["--set", "adapter=null", "--set", "use_peft=false"]
 """GRPO from a fully trained model (the tiny student's default), given with --model."""

@@ -4,6 +4,7 @@ filtered and reported."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import orjson
@@ -18,13 +19,11 @@ from rhythm.train.data import (
     EMPTY_REPLY,
     PARSE_FAILURE,
     DataOptions,
-    DataReport,
     build_examples,
     split_episodes,
-    tokenize_examples,
 )
 
-from .helpers import write_episodes, write_v1_episodes
+from .helpers import masked_runs, write_episodes, write_v1_episodes
 
 
 @pytest.fixture(scope="module")
@@ -185,22 +184,6 @@ def test_a_v1_file_is_refused_with_one_line_before_any_filter(tmp_path, episodes
     assert msg.startswith(f"{path}:2: record is text protocol v1, this rhythm speaks v2") and "\n" not in msg
 
 
-def _masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
-    """Maximal runs of consecutive tokens marked for loss."""
-    runs: list[list[int]] = []
-    current: list[int] | None = None
-    for i, m in zip(ids, mask, strict=True):
-        if m:
-            current = [] if current is None else current
-            current.append(i)
-        elif current is not None:
-            runs.append(current)
-            current = None
-    if current is not None:
-        runs.append(current)
-    return runs
-
-
 @pytest.mark.parametrize("strip", [True, False])
 def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_student, strip):
     """A whole-week example through the tiny student's chat template: the tokens marked for loss are
@@ -212,7 +195,7 @@ def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_s
     messages = rows["train"][0]["messages"]
     out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = out["input_ids"], out["assistant_masks"]
-    runs = _masked_runs(ids, mask)
+    runs = masked_runs(ids, mask)
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
     assert len(runs) == len(replies) == 28
     assert [tok.decode(r) for r in runs] == [reply + "<|im_end|>" for reply in replies]
@@ -223,44 +206,16 @@ def test_loss_mask_covers_every_assistant_turn_and_nothing_else(episodes, tiny_s
     assert unmasked.count("<|im_start|>assistant\n") == 28  # the turn header is context, not target
 
 
-
-@pytest.mark.slow
-def test_explored_actions_stay_out_of_the_loss(tmp_path, tiny_student):
-    """A step marked ``explored`` (an action that was not the agent's choice, as benchmarks/dagger_probe.py
-    writes them) keeps its ACTION line in the conversation (the student sees it in context) but out of the
-    loss; its BELIEF line and every other reply are learned."""
-    from transformers import AutoTokenizer
-
-    from rhythm.agents.base import EpisodeSpec
-    from rhythm.agents.episodes import play
-    from rhythm.agents.registry import make_agent
-    from rhythm.records import JsonlWriter
-
-    tok = AutoTokenizer.from_pretrained(tiny_student)
+def test_explored_steps_are_refused_with_the_probe_that_trains_them(tmp_path, episodes):
+    """Weeks with ``explored`` steps (benchmarks/dagger_probe.py --actions student) are the probe's to train."""
     path = tmp_path / "explored.jsonl"
-    records = [r.to_dict() for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", s) for s in (0, 1)])]
-    for r in records:
-        for step in r["steps"][::3]:
-            step["explored"] = True
-    with JsonlWriter(path) as w:
-        for r in records:
-            w.write(r)
-    with pytest.raises(RhythmError, match="explored steps need strip_reasoning"):
+    record = orjson.loads(episodes[0].read_bytes().splitlines()[0])
+    record["steps"][3]["explored"] = True
+    path.write_bytes(orjson.dumps(record) + b"\n")
+    with pytest.raises(RhythmError, match=re.escape(f"{path}:1: explored steps train with python benchmarks/dagger_probe.py sft")):
         build_examples(str(path), DataOptions(val_fraction=0.0))
-    rows, _ = build_examples(str(path), DataOptions(val_fraction=0.0, strip_reasoning=True))
-    for row, rec in zip(rows["train"], records, strict=True):
-        replies = [m for m in row["messages"] if m["role"] == "assistant"]
-        out = tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-        runs = _masked_runs(out["input_ids"], out["assistant_masks"])
-        assert [tok.decode(r) for r in runs] == [m["content"] + ("" if m["after"] else "<|im_end|>") for m in replies]
-        for m, step in zip(replies, rec["steps"], strict=True):
-            shown = parse_reply(m["context"] + m["content"] + m["after"])
-            assert shown.ok and shown.action_name == step["action"]  # the played action is always in context
-            assert list(parse_reply(m["content"]).belief) == step["belief"]
-            assert ("ACTION" in m["content"]) == (not step.get("explored"))
-    for weights in ({"observation_loss": 0.1}, {"echo_loss": 1.0}):  # either would train the unlearned parts
-        with pytest.raises(RhythmError, match="observation_loss or echo_loss would put the explored"):
-            tokenize_examples(rows, tok, None, DataReport(), **weights)
+    rows, _ = build_examples(str(path), DataOptions(val_fraction=0.0, first_turns=3))  # the opening has none
+    assert len(rows["train"]) == 1
 
 
 @pytest.mark.parametrize("n", [1, 3, 8])

@@ -17,10 +17,10 @@ import yaml
 
 from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
-from rhythm.train.common import LOG_NAME, read_training_log
+from rhythm.train.common import LOG_NAME
 from rhythm.train.sft import SFTRunConfig, build_trainer, run_sft
 
-from .helpers import shared_sft_run, write_episodes
+from .helpers import read_training_log, shared_sft_run, write_episodes
 
 pytestmark = pytest.mark.slow
 

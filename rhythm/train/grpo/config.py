@@ -10,8 +10,9 @@ from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import looks_local
 from rhythm.seeds import parse_seeds
-from rhythm.train.common import JobsConfig, TrainRunConfig, check_hub_and_data, data_paths
+from rhythm.train.common import TrainRunConfig, check_shared, data_paths
 from rhythm.train.grpo.rewards import REWARD_FUNCS
+from rhythm.train.jobs import JobsConfig
 
 MODES = ("step", "branch", "episode")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")
@@ -168,14 +169,11 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"probe_states must be >= 0, got {cfg.probe_states}")
     if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):
         raise RhythmError(f"reward_weights has {len(cfg.reward_weights)} values for {len(cfg.reward_funcs)} reward_funcs")
-    if cfg.max_steps == 0 or cfg.max_steps < -1:
-        raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
+    check_shared(cfg)
     if cfg.num_generations < 2:
         raise RhythmError(f"num_generations must be >= 2 (GRPO compares replies within a group), got {cfg.num_generations}")
-    numbers = {"per_device_train_batch_size": cfg.per_device_train_batch_size, "max_completion_length": cfg.max_completion_length,
-               "logging_steps": cfg.logging_steps, "save_steps": cfg.save_steps, "num_iterations": cfg.num_iterations,
-               "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "step.every_k_steps": cfg.step.every_k_steps,
-               "step.gradient_accumulation_steps": cfg.step.gradient_accumulation_steps,
+    numbers = {"max_completion_length": cfg.max_completion_length, "num_iterations": cfg.num_iterations,
+               "step.every_k_steps": cfg.step.every_k_steps, "step.gradient_accumulation_steps": cfg.step.gradient_accumulation_steps,
                "episode.every_k_turns": cfg.episode.every_k_turns, "episode.episodes_per_step": cfg.episode.episodes_per_step}
     for name, value in numbers.items():
         if value < 1:
@@ -186,8 +184,6 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {cfg.loss_type!r}")
     if cfg.scale_rewards not in ("group", "batch", "none"):
         raise RhythmError(f"scale_rewards must be group, batch or none, got {cfg.scale_rewards!r}")
-    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
-        raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
     bad = [c for c in cfg.rollout_conditions if c not in CONDITIONS]
     if bad:
         raise RhythmError(f"unknown rollout condition(s) {', '.join(bad)}; expected {', '.join(CONDITIONS)}")
@@ -222,7 +218,6 @@ def validate(cfg: GRPORunConfig) -> None:
 
         if find_spec("vllm") is None:
             raise RhythmError("use_vllm needs vllm installed (pip install 'rhythm[vllm]', on a CUDA machine)")
-    check_hub_and_data(cfg)
     if cfg.jobs.flavor is None:
         if cfg.adapter and _adapter_looks_local(cfg.adapter) and not Path(cfg.adapter).expanduser().is_dir():
             raise RhythmError(f"adapter not found: {cfg.adapter} (the output_dir of rhythm sft, or a Hub repo id)")
