@@ -102,13 +102,15 @@ def _killed_mid_sft_then_resumed(out: Path, tmp_path: Path, config: dict) -> Non
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
     waiter: subprocess.Popen | None = None
     try:
-        _wait_for(lambda: "[generate]" in first_err.read_text(), "it held the lock", first)  # said once it holds it
+        # it holds the lock, and its data stage is over (the stamp says another env version, so it reran
+        # generate: the data folder is final only once the next stage begins)
+        _wait_for(lambda: "[reeval]" in first_err.read_text(), "its data stage ended", first)
         before = file_digest(out / "data")
+        with waiter_err.open("w") as err:  # started beside the refused run: both while the first still trains
+            waiter = subprocess.Popen([*cmd, "--wait-lock"], stdout=subprocess.DEVNULL, stderr=err)
         refused = subprocess.run(cmd, capture_output=True, text=True)
         assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
         assert "is being written by another rhythm run" in refused.stderr and file_digest(out / "data") == before
-        with waiter_err.open("w") as err:
-            waiter = subprocess.Popen([*cmd, "--wait-lock"], stdout=subprocess.DEVNULL, stderr=err)
         _wait_for(lambda: "waiting for the other run" in waiter_err.read_text(), "the waiter waited", waiter)
         log = out / "sft" / "training_log.jsonl"  # the stale SFT folder (and its stamp) deleted, training begun
         _wait_for(lambda: not (out / "sft" / STAMP).exists() and log.exists() and log.stat().st_size > 0,
