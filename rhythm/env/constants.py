@@ -53,3 +53,8 @@ DISCRETE_PROFILES: Final[tuple[str, ...]] = ("introvert", "extrovert", "workahol
 CRASH_THRESHOLD: Final[float] = 0.10
 CRASH_PENALTY: Final[float] = 0.02
 """Subtracted from the step reward for every meter below ``CRASH_THRESHOLD`` after the step."""
+
+
+def condition_order(condition: str) -> tuple[int, str]:
+    """Sort key: the benchmark's conditions in ``CONDITIONS`` order, any other name after them, alphabetically."""
+    return (CONDITIONS.index(condition) if condition in CONDITIONS else len(CONDITIONS), condition)

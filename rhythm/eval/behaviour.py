@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.env.constants import ACTIONS, CONDITIONS
+from rhythm.env.constants import ACTIONS, condition_order
 from rhythm.records import read_episodes
 
 
@@ -26,7 +26,7 @@ def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
     for r in records:
         by_cond.setdefault(r["condition"], []).append(r)
     out = {}
-    for cond in sorted(by_cond, key=lambda c: (CONDITIONS.index(c) if c in CONDITIONS else len(CONDITIONS), c)):
+    for cond in sorted(by_cond, key=condition_order):
         eps = by_cond[cond]
         counts = Counter(s["action"] for e in eps for s in e["steps"])
         total = sum(counts.values()) or 1
@@ -47,7 +47,7 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
     played = [a for a in ACTIONS if any(p[c]["actions"][a] > 0 for _, p in named for c in p)]
     head = f"{'condition':9s}  {'agent':16s}  people  crashes  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
     lines = [head]
-    conds = [c for c in CONDITIONS if any(c in p for _, p in named)] + sorted({c for _, p in named for c in p} - set(CONDITIONS))
+    conds = sorted({c for _, p in named for c in p}, key=condition_order)
     for cond in conds:
         for name, prof in named:
             if cond not in prof:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rhythm.env.constants import CONDITIONS
+from rhythm.env.constants import condition_order
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci, paired_win_rate
 from rhythm.records import read_episodes
@@ -40,7 +40,7 @@ def paired_differences(first: dict[Key, float], second: dict[Key, float]) -> dic
     if not shared:
         raise RhythmError("the two sides share no person (condition, split and seed): nothing to pair")
     out = {}
-    for cond in sorted({k[0] for k in shared}, key=lambda c: (CONDITIONS.index(c) if c in CONDITIONS else len(CONDITIONS), c)):
+    for cond in sorted({k[0] for k in shared}, key=condition_order):
         keys = [k for k in shared if k[0] == cond]
         a, b = [first[k] for k in keys], [second[k] for k in keys]
         out[cond] = {"episodes": len(keys), **mean_ci([y - x for x, y in zip(a, b, strict=True)]),

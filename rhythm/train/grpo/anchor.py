@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.train.grpo.probe import PolicyProbe, left_pad
+from rhythm.train.grpo.probe import PolicyProbe, reply_logprobs
 
 
 class Anchor:
@@ -35,17 +35,10 @@ class Anchor:
         if self.pool.start_replies is None:
             self.pool.start(model)
         picked = self.rng.choice(len(self.pool.prompts), self.per_step, replace=False)
-        replies = [self.pool.start_replies[i] for i in picked]
-        rows = [list(self.pool.prompt_ids[i]) + list(r) for i, r in zip(picked, replies, strict=True)]
-        ids, mask = left_pad(rows, self.pool.pad_id)
-        logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
-        end = ids.shape[1]
-        kls = []
-        for row, (i, r) in enumerate(zip(picked, replies, strict=True)):
-            now = torch.log_softmax(logits[row, end - len(r) - 1:end - 1], dim=-1)
-            start = self.pool.start_logprobs[i].to(now.device)
-            kls.append((start.exp() * (start - now)).sum(-1).mean())
-        return torch.stack(kls).mean()
+        now = reply_logprobs(model, [self.pool.prompt_ids[i] for i in picked],
+                             [self.pool.start_replies[i] for i in picked], self.pool.pad_id)
+        starts = [self.pool.start_logprobs[i].to(n.device) for i, n in zip(picked, now, strict=True)]
+        return torch.stack([(s.exp() * (s - n)).sum(-1).mean() for s, n in zip(starts, now, strict=True)]).mean()
 
 
 def anchored(trainer_cls: type, anchor: Anchor, weight: float) -> type:

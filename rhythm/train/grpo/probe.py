@@ -57,6 +57,18 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int):
     return ids, mask
 
 
+def reply_logprobs(model: Any, prompt_ids: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], pad_id: int) -> list[Any]:
+    """Log-softmax over the vocabulary at each position of each reply, the reply teacher-forced after its
+    prompt (one left-padded batch; the graph is kept when gradients are on)."""
+    import torch
+
+    ids, mask = left_pad([list(p) + list(r) for p, r in zip(prompt_ids, replies, strict=True)], pad_id)
+    logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
+    end = ids.shape[1]
+    return [torch.log_softmax(logits[i, end - len(r) - 1:end - 1], dim=-1)  # the logits that predict each reply token
+            for i, r in enumerate(replies)]
+
+
 class PolicyProbe:
     """Greedy replies and per-token distributions of a policy on fixed prompts, compared with the start."""
 
@@ -86,17 +98,8 @@ class PolicyProbe:
         """Log-softmax over the vocabulary at each reply position, teacher-forced on ``replies``."""
         import torch
 
-        rows = [list(p) + list(r) for p, r in zip(self.prompt_ids, replies, strict=True)]
-        ids, mask = left_pad(rows, self.pad_id)
-        ids, mask = ids.to(model.device), mask.to(model.device)
         with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=mask).logits.float()
-        out = []
-        for i, r in enumerate(replies):
-            end = ids.shape[1]
-            positions = slice(end - len(r) - 1, end - 1)  # the logits that predict each reply token
-            out.append(torch.log_softmax(logits[i, positions], dim=-1).cpu())
-        return out
+            return [x.cpu() for x in reply_logprobs(model, self.prompt_ids, replies, self.pad_id)]
 
     def _decisions(self, replies: Sequence[Sequence[int]]) -> list[Any]:
         return [parse_reply(self.tokenizer.decode(r, skip_special_tokens=True)) for r in replies]

@@ -217,9 +217,8 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     probe = _probe(cfg, rows, tokenizer)
     trainer_cls = GRPOTrainer
     if cfg.anchor_weight > 0:
-        stop_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
-        trainer_cls = anchored(GRPOTrainer, Anchor(pool, tokenizer, cfg.max_completion_length, stop_ids,
+        trainer_cls = anchored(GRPOTrainer, Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer),
                                                    cfg.anchor_states, cfg.seed), cfg.anchor_weight)
     trainer = trainer_cls(
         model=model,
@@ -244,8 +243,12 @@ def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> Po
         rows, _ = build_prompts(data_paths(cfg), PromptOptions(every_k_steps=7, max_prompts=cfg.probe_states, seed=cfg.seed,
                                                               strip_reasoning=cfg.step.strip_reasoning))
     picked = [rows[int(i)] for i in np.linspace(0, len(rows) - 1, min(cfg.probe_states, len(rows)))]
-    stop_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    return PolicyProbe([r["prompt"] for r in picked], tokenizer, cfg.max_completion_length, stop_ids)
+    return PolicyProbe([r["prompt"] for r in picked], tokenizer, cfg.max_completion_length, _stop_ids(tokenizer))
+
+
+def _stop_ids(tokenizer: Any) -> list[int]:
+    """Where the probe's and the anchor's greedy replies end: the tokenizer's end-of-turn token."""
+    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
 
 def _trim_logs(out: Path, resume: str | None) -> None:
