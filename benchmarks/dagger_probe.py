@@ -144,7 +144,8 @@ def train(cfg: SFTRunConfig, quiet: bool = False) -> dict[str, Any]:
 
 def main() -> None:
     if sys.argv[1:2] == ["sft"]:
-        sys.exit(entry_main("sft", SFTRunConfig, train, sys.argv[2:], omit=("data",), doc=train.__doc__))
+        sys.exit(entry_main("sft", SFTRunConfig, train, sys.argv[2:], omit=("data",), doc=train.__doc__,
+                                prog="python benchmarks/dagger_probe.py sft"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the student: a rhythm sft output dir")
     ap.add_argument("--seeds", required=True, help="in-dist train-split seeds, e.g. 4800-5759")

@@ -8,6 +8,9 @@
 #   bash benchmarks/grpo_ablation.sh ROW [ROW...]           # rows: see `case` below; run one after another
 #   WORK=/tmp/ablation bash benchmarks/grpo_ablation.sh K    # where the quickstart, models and results go
 #
+# Rows BEL1, BD4 and EN2 run on HEAD with benchmarks/grpo_round3.patch applied, in a git worktree WORK/round3
+# (remove it with `git worktree remove WORK/round3`); PYTHON names the interpreter that has rhythm's dependencies.
+#
 # The first call runs `rhythm quickstart --set eval_split=train` once (~12 minutes on 2 cores) for the SFT
 # student; a row then takes 3-6 minutes on 2 cores (GRPO 1.5-4 min, eval ~1 min).
 set -euo pipefail
@@ -32,6 +35,21 @@ grpo() {  # NAME CONFIG [--set key=value ...]: refine the SFT student, then eval
     --set logging_steps=5 --set save_steps=1000 "$@" > "$WORK/g/$name.log" 2>&1
   ev "$name" "$WORK/g/$name"
   echo "== $name: $config $*"
+  $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$name/eval_results_v2.episodes.jsonl"
+}
+
+patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a third-round row, whose code is this commit with
+  # benchmarks/grpo_round3.patch applied (in a scratch git worktree under WORK); then eval and pair
+  local name=$1 tree="$WORK/round3" vars=()
+  shift
+  while [ "$1" != "--" ]; do vars+=("$1"); shift; done
+  shift
+  [ -d "$tree" ] || { git worktree add -q --detach "$tree" HEAD && git -C "$tree" apply "$PWD/benchmarks/grpo_round3.patch"; }
+  (cd "$tree" && env "${vars[@]}" PYTHONPATH="$tree" ${PYTHON:-python} -m rhythm.cli.main grpo --config configs/grpo-tiny-branch.yaml \
+    --model "$SFT" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true --set logging_steps=5 --set save_steps=1000 \
+    "$@" > "$WORK/g/$name.log" 2>&1)
+  ev "$name" "$WORK/g/$name"
+  echo "== $name: ${vars[*]} $*"
   $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$name/eval_results_v2.episodes.jsonl"
 }
 
@@ -60,6 +78,12 @@ for row in "$@"; do
     K20) grpo K20 configs/grpo-tiny-branch.yaml --set anchor_weight=20 ;;
     K5h) grpo K5h configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set learning_rate=1e-4 ;;
     K5long) grpo K5long configs/grpo-tiny-branch.yaml --set anchor_weight=5 --max-steps 120 ;;
+    # third round (EVAL_SEEDS=100000-100299): the anchored stage three times longer, then the patched rows
+    K5x3) grpo K5x3 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --max-steps 360 ;;
+    BEL1) patched BEL1 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 60 --set per_device_train_batch_size=128 ;;
+    BD4) patched BD4 RHYTHM_DRAWS=4 -- --max-steps 100 ;;
+    EN2) patched EN2 RHYTHM_ENUM=1 RHYTHM_DRAWS=2 RHYTHM_MAX_T=26 -- --max-steps 100 --set num_generations=10 \
+      --set per_device_train_batch_size=40 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done

@@ -65,8 +65,9 @@ CHAT_TEMPLATE = (
 )
 """ChatML, as Qwen2.5 writes it, with generation markers around the assistant's turn and its
 ``<|im_end|>``. An assistant message may carry ``context`` and ``after`` fields, text written before and
-after its content and left out of the loss (SFT's ``context_noise`` and exploring teachers' random
-actions; the ``<|im_end|>`` is learned only without ``after``); without them the template is plain ChatML."""
+after its content and left out of the loss (``benchmarks/dagger_probe.py sft`` keeps an explored step's
+ACTION line in ``after``; the ``<|im_end|>`` is learned only without ``after``); without them the template
+is plain ChatML."""
 
 
 @dataclass(frozen=True)

@@ -259,13 +259,13 @@ def write_summary(cfg: Any, stage: str, summary: dict[str, Any], commit_message:
 
 
 def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
-               omit: Collection[str] = (), doc: str | None = None) -> int:
+               omit: Collection[str] = (), doc: str | None = None, prog: str | None = None) -> int:
     """``python -m rhythm.train.STAGE [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
     Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints the summary less ``omit``
-    as one JSON line (rank 0 only)."""
+    as one JSON line (rank 0 only); ``prog`` names the program in its help (default ``python -m rhythm.train.STAGE``)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog=f"python -m rhythm.train.{stage}", description=doc)
+    parser = argparse.ArgumentParser(prog=prog or f"python -m rhythm.train.{stage}", description=doc)
     parser.add_argument("--config", "-c", default=None, help=f"YAML config (fields of {cls.__name__})")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",

@@ -3,9 +3,6 @@ the student keeps its own replies in its context."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
@@ -16,17 +13,13 @@ from rhythm.protocol import parse_reply
 from rhythm.records import JsonlWriter
 from rhythm.train.data import DataOptions
 from rhythm.train.sft import SFTRunConfig
-from tests.train.helpers import masked_runs
+from tests.train.helpers import load_benchmark, masked_runs
 
 SEEDS = (0, 1, 2)
 
 
 def _probe():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "dagger_probe.py"
-    spec = importlib.util.spec_from_file_location("dagger_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("dagger_probe")
 
 
 class Recording:

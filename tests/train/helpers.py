@@ -3,6 +3,7 @@ tiny SFT runs, ``rhythm`` run in a subprocess against the fake Hub, and readers 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -20,6 +21,14 @@ from tests.shared import locked, shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny.yaml")
+
+
+def load_benchmark(name: str) -> Any:
+    """The module of ``benchmarks/NAME.py`` (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def rhythm(hub: FakeHub, tmp_path: Path, *args: str, token: bool = True, extra_env: dict | None = None):
