@@ -8,7 +8,7 @@
 #   bash benchmarks/grpo_ablation.sh ROW [ROW...]           # rows: see `case` below; run one after another
 #   WORK=/tmp/ablation bash benchmarks/grpo_ablation.sh K    # where the quickstart, models and results go
 #
-# Rows BEL1, BD4 and EN2 run on HEAD with benchmarks/grpo_round3.patch applied, in a git worktree WORK/round3
+# Rows BEL1, BD4, EN2 and EN8 run on HEAD with benchmarks/grpo_round3.patch applied, in a git worktree WORK/round3
 # (remove it with `git worktree remove WORK/round3`); PYTHON names the interpreter that has rhythm's dependencies.
 #
 # The first call runs `rhythm quickstart --set eval_split=train` once (~12 minutes on 2 cores) for the SFT
@@ -84,6 +84,8 @@ for row in "$@"; do
     BD4) patched BD4 RHYTHM_DRAWS=4 -- --max-steps 100 ;;
     EN2) patched EN2 RHYTHM_ENUM=1 RHYTHM_DRAWS=2 RHYTHM_MAX_T=26 -- --max-steps 100 --set num_generations=10 \
       --set per_device_train_batch_size=40 ;;
+    EN8) patched EN8 RHYTHM_ENUM=1 RHYTHM_DRAWS=8 RHYTHM_MAX_T=26 -- --max-steps 40 --set num_generations=10 \
+      --set per_device_train_batch_size=40 --set learning_rate=1e-4 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done
