@@ -34,14 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report  # noqa: E402
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.model import ModelOptions
+from rhythm.agents.episodes import play
+from rhythm.agents.model import ModelAgent, ModelOptions
 from rhythm.env import batched
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.env.randomness import splitmix64_np
 from rhythm.eval.stats import mean_ci
 from rhythm.seeds import parse_seeds
 from rhythm.train.grpo.branch import State, branch_scores
-from rhythm.train.grpo.data import student_rollouts
 
 DRAW_SALT = 0xD1CE
 
@@ -65,16 +65,13 @@ def redrawn_noise(draw: int, first_step: np.ndarray) -> Iterator[None]:
         batched.noise_batch = real
 
 
-def action_values(model_dir: str, records: list[dict], per_week: int, draws: int,
+def action_values(agent: ModelAgent, records: list[dict], per_week: int, draws: int,
                   seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(q, greedy, played)``: ``q[d, s, a]`` the final score of state ``s``'s week with action ``a`` under draw
-    ``d``; ``greedy[s]`` the student's own action there; ``played[s]`` the final score of the week it played."""
+    ``d``; ``greedy[s]`` the student's own action there; ``played[s]`` the final score of the week it played
+    (``records``, the student ``agent``'s own weeks, whose model then plays the branches as eval plays)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     rng = np.random.default_rng(seed)
     branches, greedy, played = [], [], []
     for r in records:
@@ -89,7 +86,8 @@ def action_values(model_dir: str, records: list[dict], per_week: int, draws: int
     q = []
     for d in range(draws):
         with redrawn_noise(d, first_step), torch.no_grad():
-            scores = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "branch_room")
+            scores = branch_scores(agent.model, agent.tokenizer, agent.stop_ids, agent.options.max_new_tokens, branches,
+                                   "branch_room")
         q.append([s["final_score"] for s in scores])
     return np.asarray(q).reshape(draws, len(greedy), len(ACTIONS)), np.asarray(greedy), np.asarray(played)
 
@@ -103,7 +101,7 @@ def room(q: np.ndarray, greedy: np.ndarray) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="the student: a rhythm sft (or grpo) output dir with full weights")
+    ap.add_argument("--model", required=True, help="the student: what rhythm eval --agent model:PATH takes")
     ap.add_argument("--seeds", default="5000-5039", help="in-dist train-split people (default 5000-5039)")
     ap.add_argument("--condition", default="in-dist")
     ap.add_argument("--states-per-week", type=int, default=4)
@@ -114,8 +112,9 @@ def main() -> None:
         ap.error("--draws must be >= 2 (the cross-validated gain picks on draws 1.. and values on draw 0)")
     started = time.perf_counter()
     specs = [EpisodeSpec(args.condition, "train", s) for s in parse_seeds(args.seeds)]
-    records = student_rollouts(args.model, specs, ModelOptions(max_new_tokens=16))
-    q, greedy, played = action_values(args.model, records, args.states_per_week, args.draws, args.seed)
+    agent = ModelAgent(args.model, ModelOptions(max_new_tokens=16))
+    records = [r.to_dict() for r in play(agent, specs)]  # its greedy weeks, as eval plays them
+    q, greedy, played = action_values(agent, records, args.states_per_week, args.draws, args.seed)
     idx = np.arange(len(greedy))
     picked = q[1:].mean(axis=0).argmax(axis=1)
     effect = q - q.mean(axis=2, keepdims=True)  # an action's effect within one draw (common random numbers)

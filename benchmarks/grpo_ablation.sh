@@ -33,9 +33,13 @@ grpo() {  # NAME CONFIG [--set key=value ...]: refine the SFT student, then eval
   shift 2
   $R grpo --config "$config" --model "$SFT" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true \
     --set logging_steps=5 --set save_steps=1000 "$@" > "$WORK/g/$name.log" 2>&1
-  ev "$name" "$WORK/g/$name"
-  echo "== $name: $config $*"
-  $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$name/eval_results_v2.episodes.jsonl"
+  pair "$name" "$config $*"
+}
+
+pair() {  # NAME LABEL: the refined model of row NAME plays EVAL_SEEDS, paired with the SFT student
+  ev "$1" "$WORK/g/$1"
+  echo "== $1: $2"
+  $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$1/eval_results_v2.episodes.jsonl"
 }
 
 patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a third-round row, whose code is this commit with
@@ -48,9 +52,7 @@ patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a third-round row, wh
   (cd "$tree" && env "${vars[@]}" PYTHONPATH="$tree" ${PYTHON:-python} -m rhythm.cli.main grpo --config configs/grpo-tiny-branch.yaml \
     --model "$SFT" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true --set logging_steps=5 --set save_steps=1000 \
     "$@" > "$WORK/g/$name.log" 2>&1)
-  ev "$name" "$WORK/g/$name"
-  echo "== $name: ${vars[*]} $*"
-  $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$name/eval_results_v2.episodes.jsonl"
+  pair "$name" "${vars[*]} $*"
 }
 
 ev sft "$SFT"
