@@ -8,8 +8,9 @@
 #   bash benchmarks/grpo_ablation.sh ROW [ROW...]           # rows: see `case` below; run one after another
 #   WORK=/tmp/ablation bash benchmarks/grpo_ablation.sh K    # where the quickstart, models and results go
 #
-# Rows BEL1, BD4, EN2 and EN8 run on HEAD with benchmarks/grpo_round3.patch applied, in a git worktree WORK/round3
-# (remove it with `git worktree remove WORK/round3`); PYTHON names the interpreter that has rhythm's dependencies.
+# Rows BEL1 and after (third and fourth rounds) run on HEAD with benchmarks/grpo_research.patch applied, in a git
+# worktree WORK/research (remove it with `git worktree remove WORK/research`); PYTHON names the interpreter that has
+# rhythm's dependencies. Rows F... refine the few-teacher-weeks student (configs/quickstart-few.yaml, built once).
 #
 # The first call runs `rhythm quickstart --set eval_split=train` once (~12 minutes on 2 cores) for the SFT
 # student; a row then takes 3-6 minutes on 2 cores (GRPO 1.5-4 min, eval ~1 min).
@@ -36,28 +37,36 @@ grpo() {  # NAME CONFIG [--set key=value ...]: refine the SFT student, then eval
   pair "$name" "$config $*"
 }
 
-pair() {  # NAME LABEL: the refined model of row NAME plays EVAL_SEEDS, paired with the SFT student
+pair() {  # NAME LABEL: the refined model of row NAME plays EVAL_SEEDS, paired with its SFT student (BASE)
   ev "$1" "$WORK/g/$1"
   echo "== $1: $2"
-  $R analyze paired "$WORK/e/sft/eval_results_v2.episodes.jsonl" "$WORK/e/$1/eval_results_v2.episodes.jsonl"
+  $R analyze paired "$WORK/e/${BASE:-sft}/eval_results_v2.episodes.jsonl" "$WORK/e/$1/eval_results_v2.episodes.jsonl"
 }
 
-patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a third-round row, whose code is this commit with
-  # benchmarks/grpo_round3.patch applied (in a scratch git worktree under WORK); then eval and pair
-  local name=$1 tree="$WORK/round3" vars=()
+patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a research row, whose code is this commit with
+  # benchmarks/grpo_research.patch applied (in a scratch git worktree under WORK); then eval and pair
+  local name=$1 tree="$WORK/research" vars=()
   shift
   while [ "$1" != "--" ]; do vars+=("$1"); shift; done
   shift
-  [ -d "$tree" ] || { git worktree add -q --detach "$tree" HEAD && git -C "$tree" apply "$PWD/benchmarks/grpo_round3.patch"; }
+  [ -d "$tree" ] || { git worktree add -q --detach "$tree" HEAD && git -C "$tree" apply "$PWD/benchmarks/grpo_research.patch"; }
   (cd "$tree" && env "${vars[@]}" PYTHONPATH="$tree" ${PYTHON:-python} -m rhythm.cli.main grpo --config configs/grpo-tiny-branch.yaml \
-    --model "$SFT" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true --set logging_steps=5 --set save_steps=1000 \
+    --model "${START:-$SFT}" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true --set logging_steps=5 --set save_steps=1000 \
     "$@" > "$WORK/g/$name.log" 2>&1)
   pair "$name" "${vars[*]} $*"
 }
 
 ev sft "$SFT"
+few() {  # ROW...: run rows on the few-teacher-weeks SFT student (configs/quickstart-few.yaml), paired with it
+  [ -f "$WORK/few/sft/model.safetensors" ] || $R quickstart --config configs/quickstart-few.yaml --out "$WORK/few" \
+    --set eval_split=train --quiet > "$WORK/few.log" 2>&1
+  ev fewsft "$WORK/few/sft"
+  START="$WORK/few/sft" BASE=fewsft "$@"
+}
 STEP=(--set data= --set rollout_seeds=1000-1063 --set num_generations=8 --set per_device_train_batch_size=32 --max-steps 60)
 BRANCH=(--set rollout_seeds=1000-1127 --set scale_rewards=group --max-steps 40)
+PAIRS=(RHYTHM_PAIR=1 RHYTHM_DRAWS=6 RHYTHM_MAX_T=26)  # fourth round: the greedy action against the runner-up, 6 futures
+PAIRED=(--set num_generations=2 --set per_device_train_batch_size=16 --set rollout_seeds=5000-5511)
 for row in "$@"; do
   case $row in
     # step mode on the student's own states: action_value (planner rollouts under the true profile), belief, format
@@ -88,6 +97,25 @@ for row in "$@"; do
       --set per_device_train_batch_size=40 ;;
     EN8) patched EN8 RHYTHM_ENUM=1 RHYTHM_DRAWS=8 RHYTHM_MAX_T=26 -- --max-steps 40 --set num_generations=10 \
       --set per_device_train_batch_size=40 --set learning_rate=1e-4 ;;
+    # fourth round: the belief judged alone at a 10x learning rate; pairs of the greedy action and the runner-up
+    BEL3) patched BEL3 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 80 --set per_device_train_batch_size=64 \
+      --set learning_rate=3e-4 ;;
+    FB3) few patched FB3 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 80 --set per_device_train_batch_size=64 \
+      --set learning_rate=3e-4 ;;
+    P6) patched P6 "${PAIRS[@]}" -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 ;;
+    P6lo) patched P6lo "${PAIRS[@]}" -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-5 ;;
+    PT2) patched PT2 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 ;;
+    PT3) patched PT3 "${PAIRS[@]}" RHYTHM_PAIR_T=3 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 ;;
+    PT2K) patched PT2K "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 \
+      --set anchor_weight=5 ;;
+    FPT2K) few patched FPT2K "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 \
+      --set anchor_weight=5 ;;
+    FPT2Kx2) few patched FPT2Kx2 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 150 --set learning_rate=1e-4 \
+      --set anchor_weight=5 ;;
+    FPT2Kh) few patched FPT2Kh "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
+      --set anchor_weight=5 ;;
+    FPT2Kh1) few patched FPT2Kh1 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
+      --set anchor_weight=5 --set seed=1 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done
