@@ -116,6 +116,10 @@ for row in "$@"; do
       --set anchor_weight=5 ;;
     FPT2Kh1) few patched FPT2Kh1 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
       --set anchor_weight=5 --set seed=1 ;;
+    FPT2Kh2) few patched FPT2Kh2 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
+      --set anchor_weight=5 --set seed=2 ;;
+    FPD10) few patched FPD10 RHYTHM_PAIR=1 RHYTHM_DRAWS=10 RHYTHM_MAX_T=26 RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 \
+      --set learning_rate=3e-4 --set anchor_weight=5 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done
