@@ -69,6 +69,19 @@ def reply_logprobs(model: Any, prompt_ids: Sequence[Sequence[int]], replies: Seq
             for i, r in enumerate(replies)]
 
 
+def greedy_replies(model: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],
+                   max_new_tokens: int) -> list[list[int]]:
+    """Greedy reply token ids (stop token included when reached) for each prompt, as one left-padded batch."""
+    import torch
+
+    ids, mask = left_pad(prompt_ids, pad_id)
+    ids, mask = ids.to(model.device), mask.to(model.device)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=int(max_new_tokens), do_sample=False,
+                             eos_token_id=list(stop_ids), pad_token_id=pad_id)
+    return cut_at_stop(out[:, ids.shape[1]:].tolist(), stop_ids)
+
+
 class PolicyProbe:
     """Greedy replies and per-token distributions of a policy on fixed prompts, compared with the start."""
 
@@ -85,14 +98,7 @@ class PolicyProbe:
 
     def greedy(self, model: Any) -> list[list[int]]:
         """Greedy reply token ids (stop token included when reached) for every probe prompt."""
-        import torch
-
-        ids, mask = left_pad(self.prompt_ids, self.pad_id)
-        ids, mask = ids.to(model.device), mask.to(model.device)
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                 eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
-        return cut_at_stop(out[:, ids.shape[1]:].tolist(), self.stop_ids)
+        return greedy_replies(model, self.prompt_ids, self.pad_id, self.stop_ids, self.max_new_tokens)
 
     def logprobs(self, model: Any, replies: Sequence[Sequence[int]]) -> list[Any]:
         """Log-softmax over the vocabulary at each reply position, teacher-forced on ``replies``."""
