@@ -4,9 +4,9 @@ Branch mode (``rhythm grpo``, docs/grpo.md) rewards a reply by the week it leads
 after it. This probe asks what the best such reply would gain: the student plays train-split people greedily;
 at ``--states-per-week`` random steps of each week it keeps its greedy belief line and plays **every** action,
 then itself greedily to the week's end (:func:`rhythm.train.grpo.branch.branch_scores`, as the refine stage
-plays branches). Each branch is played under ``--draws`` futures: draw 0 is the person's real noise (what the
-refine stage sees), draws 1.. redraw the env's noise from the branch step on (the steps before keep theirs,
-so the state is the same). One draw's best action has hindsight of that one future; the honest estimate
+plays branches). Each branch is played under ``--draws`` futures: draw 0 is the person's real noise, draws 1..
+redraw the env's noise from the branch step on (the env's ``future`` option: the steps before keep theirs, so
+the state is the same). One draw's best action has hindsight of that one future; the honest estimate
 picks the best action on draws 1.. and values it on draw 0 (``cross_validated_gain``, with its 95% CI).
 
     python benchmarks/branch_room.py --model runs/quickstart/sft --seeds 5000-5039 --states-per-week 4 --draws 5
@@ -15,17 +15,14 @@ Prints one JSON line: a determinism check (draw 0 with the greedy action replays
 state, a single draw's apparent gain of the best action over the greedy one and how often the greedy action is
 that best, the same over the mean of the draws, the cross-validated gain, and the variance of an action's
 effect (its score minus the state's mean over actions) between actions against the noise variance of one draw.
-The redrawn noise exists only inside this probe (the env's noise is patched for its duration); seeds are train
-split, apart from the teacher data's and the free-play seeds (100000+).
+Seeds are train split, apart from the teacher data's and the free-play seeds (100000+).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,33 +33,10 @@ from _common import report  # noqa: E402
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.model import ModelAgent, ModelOptions
-from rhythm.env import batched
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
-from rhythm.env.randomness import splitmix64_np
 from rhythm.eval.stats import mean_ci
 from rhythm.seeds import parse_seeds
 from rhythm.train.grpo.branch import State, branch_scores
-
-DRAW_SALT = 0xD1CE
-
-
-@contextlib.contextmanager
-def redrawn_noise(draw: int, first_step: np.ndarray) -> Iterator[None]:
-    """The env's noise of row ``i`` at steps ``>= first_step[i]`` from another key (``draw`` 0: unchanged)."""
-    real = batched.noise_batch
-
-    def noise(keys: np.ndarray, t: int) -> np.ndarray:
-        base = real(keys, t)
-        if draw == 0:
-            return base
-        other = real(splitmix64_np(keys ^ np.uint64(DRAW_SALT + draw)), t)
-        return np.where((t >= first_step)[:, None], other, base)
-
-    batched.noise_batch = noise
-    try:
-        yield
-    finally:
-        batched.noise_batch = real
 
 
 def action_values(agent: ModelAgent, records: list[dict], per_week: int, draws: int,
@@ -82,14 +56,11 @@ def action_values(agent: ModelAgent, records: list[dict], per_week: int, draws: 
             branches += [(state, f"{belief}\nACTION: {a}") for a in ACTIONS]
             greedy.append(ACTIONS.index(steps[t]["action"]))
             played.append(r["score"]["final_score"])
-    first_step = np.array([s.t for s, _ in branches])
-    q = []
-    for d in range(draws):
-        with redrawn_noise(d, first_step), torch.no_grad():
-            scores = branch_scores(agent.model, agent.tokenizer, agent.stop_ids, agent.options.max_new_tokens, branches,
-                                   "branch_room")
-        q.append([s["final_score"] for s in scores])
-    return np.asarray(q).reshape(draws, len(greedy), len(ACTIONS)), np.asarray(greedy), np.asarray(played)
+    with torch.no_grad():
+        scores = branch_scores(agent.model, agent.tokenizer, agent.stop_ids, agent.options.max_new_tokens, branches,
+                               "branch_room", futures=draws)
+    q = np.asarray([s["draws"] for s in scores]).T  # (draws, branches)
+    return q.reshape(draws, len(greedy), len(ACTIONS)), np.asarray(greedy), np.asarray(played)
 
 
 def room(q: np.ndarray, greedy: np.ndarray) -> dict[str, float]:

@@ -8,9 +8,11 @@
 #   bash benchmarks/grpo_ablation.sh ROW [ROW...]           # rows: see `case` below; run one after another
 #   WORK=/tmp/ablation bash benchmarks/grpo_ablation.sh K    # where the quickstart, models and results go
 #
-# Rows BEL1 and after (third and fourth rounds) run on HEAD with benchmarks/grpo_research.patch applied, in a git
-# worktree WORK/research (remove it with `git worktree remove WORK/research`); PYTHON names the interpreter that has
-# rhythm's dependencies. Rows F... refine the few-teacher-weeks student (configs/quickstart-few.yaml, built once).
+# Rows BEL1, BEL3, FB3, EN2 and EN8 (third and fourth rounds) run on HEAD with benchmarks/grpo_research.patch applied,
+# in a git worktree WORK/research (remove it with `git worktree remove WORK/research`); PYTHON names the interpreter
+# that has rhythm's dependencies. The rows with several futures or pairs (BD4, P6 ...) ran on that patch's earlier
+# switches, which are now `branch.futures`, `branch.group: pair` and `branch.agree_z` (the same reward logs for the
+# steps compared, docs/grpo.md). Rows F... refine the few-teacher-weeks student (configs/quickstart-few.yaml, built once).
 #
 # The first call runs `rhythm quickstart --set eval_split=train` once (~12 minutes on 2 cores) for the SFT
 # student; a row then takes 3-6 minutes on 2 cores (GRPO 1.5-4 min, eval ~1 min).
@@ -32,7 +34,7 @@ ev() {  # NAME MODEL_DIR: free play on train-split seeds EVAL_SEEDS, every condi
 grpo() {  # NAME CONFIG [--set key=value ...]: refine the SFT student, then eval and pair with it
   local name=$1 config=$2
   shift 2
-  $R grpo --config "$config" --model "$SFT" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true \
+  $R grpo --config "$config" --model "${START:-$SFT}" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true \
     --set logging_steps=5 --set save_steps=1000 "$@" > "$WORK/g/$name.log" 2>&1
   pair "$name" "$config $*"
 }
@@ -65,8 +67,7 @@ few() {  # ROW...: run rows on the few-teacher-weeks SFT student (configs/quicks
 }
 STEP=(--set data= --set rollout_seeds=1000-1063 --set num_generations=8 --set per_device_train_batch_size=32 --max-steps 60)
 BRANCH=(--set rollout_seeds=1000-1127 --set scale_rewards=group --max-steps 40)
-PAIRS=(RHYTHM_PAIR=1 RHYTHM_DRAWS=6 RHYTHM_MAX_T=26)  # fourth round: the greedy action against the runner-up, 6 futures
-PAIRED=(--set num_generations=2 --set per_device_train_batch_size=16 --set rollout_seeds=5000-5511)
+PAIRS=configs/grpo-tiny-pairs.yaml  # fourth round: the greedy action against the runner-up, 6 futures (row FPT2Kh)
 for row in "$@"; do
   case $row in
     # step mode on the student's own states: action_value (planner rollouts under the true profile), belief, format
@@ -92,34 +93,27 @@ for row in "$@"; do
     # third round (EVAL_SEEDS=100000-100299): the anchored stage three times longer, then the patched rows
     K5x3) grpo K5x3 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --max-steps 360 ;;
     BEL1) patched BEL1 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 60 --set per_device_train_batch_size=128 ;;
-    BD4) patched BD4 RHYTHM_DRAWS=4 -- --max-steps 100 ;;
-    EN2) patched EN2 RHYTHM_ENUM=1 RHYTHM_DRAWS=2 RHYTHM_MAX_T=26 -- --max-steps 100 --set num_generations=10 \
-      --set per_device_train_batch_size=40 ;;
-    EN8) patched EN8 RHYTHM_ENUM=1 RHYTHM_DRAWS=8 RHYTHM_MAX_T=26 -- --max-steps 40 --set num_generations=10 \
-      --set per_device_train_batch_size=40 --set learning_rate=1e-4 ;;
+    BD4) grpo BD4 configs/grpo-tiny-branch.yaml --set branch.futures=4 --max-steps 100 ;;
+    EN2) patched EN2 RHYTHM_ENUM=1 RHYTHM_MAX_T=26 -- --max-steps 100 --set num_generations=10 \
+      --set per_device_train_batch_size=40 --set branch.futures=2 ;;
+    EN8) patched EN8 RHYTHM_ENUM=1 RHYTHM_MAX_T=26 -- --max-steps 40 --set num_generations=10 \
+      --set per_device_train_batch_size=40 --set learning_rate=1e-4 --set branch.futures=8 ;;
     # fourth round: the belief judged alone at a 10x learning rate; pairs of the greedy action and the runner-up
     BEL3) patched BEL3 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 80 --set per_device_train_batch_size=64 \
       --set learning_rate=3e-4 ;;
     FB3) few patched FB3 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 80 --set per_device_train_batch_size=64 \
       --set learning_rate=3e-4 ;;
-    P6) patched P6 "${PAIRS[@]}" -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 ;;
-    P6lo) patched P6lo "${PAIRS[@]}" -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-5 ;;
-    PT2) patched PT2 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 ;;
-    PT3) patched PT3 "${PAIRS[@]}" RHYTHM_PAIR_T=3 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 ;;
-    PT2K) patched PT2K "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 \
-      --set anchor_weight=5 ;;
-    FPT2K) few patched FPT2K "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=1e-4 \
-      --set anchor_weight=5 ;;
-    FPT2Kx2) few patched FPT2Kx2 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 150 --set learning_rate=1e-4 \
-      --set anchor_weight=5 ;;
-    FPT2Kh) few patched FPT2Kh "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
-      --set anchor_weight=5 ;;
-    FPT2Kh1) few patched FPT2Kh1 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
-      --set anchor_weight=5 --set seed=1 ;;
-    FPT2Kh2) few patched FPT2Kh2 "${PAIRS[@]}" RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 --set learning_rate=3e-4 \
-      --set anchor_weight=5 --set seed=2 ;;
-    FPD10) few patched FPD10 RHYTHM_PAIR=1 RHYTHM_DRAWS=10 RHYTHM_MAX_T=26 RHYTHM_PAIR_T=2 -- "${PAIRED[@]}" --max-steps 75 \
-      --set learning_rate=3e-4 --set anchor_weight=5 ;;
+    P6) grpo P6 $PAIRS --set learning_rate=1e-4 --set anchor_weight=0 --set branch.agree_z=0 ;;
+    P6lo) grpo P6lo $PAIRS --set learning_rate=3e-5 --set anchor_weight=0 --set branch.agree_z=0 ;;
+    PT2) grpo PT2 $PAIRS --set learning_rate=1e-4 --set anchor_weight=0 ;;
+    PT3) grpo PT3 $PAIRS --set learning_rate=1e-4 --set anchor_weight=0 --set branch.agree_z=3 ;;
+    PT2K) grpo PT2K $PAIRS --set learning_rate=1e-4 ;;
+    FPT2K) few grpo FPT2K $PAIRS --set learning_rate=1e-4 ;;
+    FPT2Kx2) few grpo FPT2Kx2 $PAIRS --set learning_rate=1e-4 --max-steps 150 ;;
+    FPT2Kh) few grpo FPT2Kh $PAIRS ;;  # the shipped configs/grpo-tiny-pairs.yaml
+    FPT2Kh1) few grpo FPT2Kh1 $PAIRS --set seed=1 ;;
+    FPT2Kh2) few grpo FPT2Kh2 $PAIRS --set seed=2 ;;
+    FPD10) few grpo FPD10 $PAIRS --set branch.futures=10 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done

@@ -137,12 +137,14 @@ def play_batch(
     config_hash: str = "",
     model: str | None = None,
     progress: ProgressFn | None = None,
+    env_options: dict[str, Any] | None = None,
 ) -> list[EpisodeRecord]:
-    """Play one episode per seed, all in lockstep; returns their records in seed order."""
+    """Play one episode per seed, all in lockstep; returns their records in seed order. ``env_options`` go to
+    the env's ``reset`` (e.g. a redrawn future: :meth:`rhythm.env.batched.BatchedRhythmEnv.reset`)."""
     seeds = [int(s) for s in seeds]
     n = len(seeds)
     env = BatchedRhythmEnv(condition, split, n)
-    env.reset(seed=seeds)
+    env.reset(seed=seeds, options=env_options)
     specs = [EpisodeSpec(condition, split, s) for s in seeds]
     started = time.perf_counter()
     agent.reset(specs)

@@ -18,6 +18,7 @@ from gymnasium.vector.utils import batch_space
 from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_ACTIONS, N_DAYS, N_METERS, N_SLOTS
 from rhythm.env.dynamics import Params, StepResult, make_params, noise_batch, start_meters, step_batch
 from rhythm.env.profiles import belief_of, keys_for, sample_profiles
+from rhythm.env.randomness import future_keys
 from rhythm.env.rhythm_env import OBS_SIZE, OBSERVATION_SPACE
 
 
@@ -72,15 +73,24 @@ class BatchedRhythmEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.state: BatchState | None = None
+        self.future: tuple[int, np.ndarray] = (0, np.zeros(num_envs, dtype=np.int64))
+        self._future_keys: np.ndarray | None = None
 
     def reset(
         self, *, seed: int | list[int] | np.ndarray | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start ``num_envs`` episodes: ``seed`` is a list of episode seeds, or an int ``s`` for
         seeds ``s, s+1, ...``; without one (nor ``options={"seeds": ...}``), the ``num_envs`` seeds after
-        the last one played (the constructor's ``seed`` first), so repeated resets meet new people."""
+        the last one played (the constructor's ``seed`` first), so repeated resets meet new people.
+
+        ``options={"future": d, "future_from": t}`` plays another future of the same weeks: from step ``t``
+        on (an int, or one per episode) the env's noise comes from redrawn keys (:func:`future_keys`, draw
+        ``d`` >= 1), before it the episodes' own; profiles and start meters are unchanged. ``future: 0`` (the
+        default) is the episodes' own noise throughout. Branch mode values an action under several futures
+        this way (:mod:`rhythm.train.grpo.branch`)."""
+        options = options or {}
         if seed is None:
-            seed = (options or {}).get("seeds", self._next_seed)
+            seed = options.get("seeds", self._next_seed)
         seeds = np.asarray(seed, dtype=np.int64)
         if seeds.ndim == 0:
             seeds = int(seeds) + np.arange(self.num_envs, dtype=np.int64)
@@ -89,8 +99,10 @@ class BatchedRhythmEnv(VectorEnv):
         if (seeds < 0).any():
             raise ValueError("seeds must be >= 0")
         self.seeds = seeds
+        self.future = _future(options, self.num_envs)
         self._next_seed = int(seeds[-1]) + 1
         self.keys = keys_for(self.condition, self.split, seeds)
+        self._future_keys = future_keys(self.keys, self.future[0]) if self.future[0] else None
         self.profiles = sample_profiles(self.condition, self.split, seeds)
         self.params: Params = make_params(self.profiles)
         n = self.num_envs
@@ -110,7 +122,10 @@ class BatchedRhythmEnv(VectorEnv):
         if actions.shape != (self.num_envs,) or (actions < 0).any() or (actions >= N_ACTIONS).any():
             raise ValueError(f"actions must be {self.num_envs} integers in [0, {N_ACTIONS})")
         s = self.state
-        res = step_batch(self.params, s.meters, s.t, actions, noise_batch(self.keys, s.t))
+        z = noise_batch(self.keys, s.t)
+        if self._future_keys is not None:
+            z = np.where((s.t >= self.future[1])[:, None], noise_batch(self._future_keys, s.t), z)
+        res = step_batch(self.params, s.meters, s.t, actions, z)
         self.state = BatchState(s.t + 1, res.meters, actions, res.delta, res.anomaly)
         return res
 
@@ -133,3 +148,16 @@ class BatchedRhythmEnv(VectorEnv):
 
     def restore(self, state: BatchState) -> None:
         self.state = state.copy()
+
+
+def _future(options: dict[str, Any], n: int) -> tuple[int, np.ndarray]:
+    """``reset``'s ``future`` / ``future_from`` options, checked: (draw, first redrawn step of each episode)."""
+    draw = options.get("future", 0)
+    if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
+        raise ValueError(f"future must be an int >= 0 (0: the episodes' own noise), got {draw!r}")
+    first = np.asarray(options.get("future_from", 0))
+    if first.dtype.kind not in "iu" or first.ndim > 1 or (first.ndim == 1 and len(first) != n):
+        raise ValueError(f"future_from must be an int or {n} ints (the first step of each episode's redrawn future)")
+    if (first < 0).any() or (first > EPISODE_STEPS).any():
+        raise ValueError(f"future_from must be in [0, {EPISODE_STEPS}]")
+    return int(draw), np.broadcast_to(first, (n,)).astype(np.int64)

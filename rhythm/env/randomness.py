@@ -24,6 +24,8 @@ STREAM_PROFILE = 1
 STREAM_START = 2
 STREAM_NOISE = 3
 STREAM_PLAN = 4
+FUTURE_SALT = 0xD1CE
+"""Redrawn futures (:func:`future_keys`): draw ``d`` of an episode is keyed by ``splitmix64(key ^ (FUTURE_SALT + d))``."""
 
 
 def splitmix64(x: int) -> int:
@@ -57,6 +59,14 @@ def episode_keys(condition_id: int, split_id: int, seeds: np.ndarray) -> np.ndar
     """Vectorised :func:`episode_key` for many seeds."""
     k = splitmix64(splitmix64(_SALT ^ condition_id) ^ split_id)
     return splitmix64_np(np.uint64(k) ^ np.asarray(seeds, dtype=np.uint64))
+
+
+def future_keys(keys: np.ndarray, draw: int) -> np.ndarray:
+    """Keys of another future of the same episodes (``draw`` >= 1): the same person and past, other luck.
+    Only the noise is read from them (:class:`rhythm.env.batched.BatchedRhythmEnv`'s ``future`` option)."""
+    if draw < 1:
+        raise ValueError(f"a redrawn future is draw 1 or later (0 is the episode's own), got {draw}")
+    return splitmix64_np(np.asarray(keys, dtype=np.uint64) ^ np.uint64(FUTURE_SALT + draw))
 
 
 def _stream_base(stream: int, index: int) -> int:

@@ -16,6 +16,11 @@ the belief the grader scores. For the same reason only the tokens that the score
 (TRL's ``env_mask``, :func:`decision_mask`): the action line before the last step, the belief line at
 it; otherwise every reply's belief numbers would be pushed up or down with its action's luck, and the
 last step's action with its belief's.
+
+Settings under ``branch:`` (:class:`rhythm.train.grpo.config.BranchMode`): ``futures`` plays each branch
+under several futures (the person's own noise and others redrawn from the branch step on, the env's
+``future`` option), the reward their mean; ``group: pair`` compares the policy's greedy action with its
+runner-up (:mod:`rhythm.train.grpo.pairs`), ``agree_z`` only where the futures agree.
 Runs inside TRL's ``rollout_func`` (:mod:`rhythm.train.grpo`).
 """
 
@@ -26,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 from rhythm.agents.base import Decision
@@ -34,6 +40,8 @@ from rhythm.agents.model import decision_of
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
+from rhythm.train.grpo.config import BranchMode
+from rhythm.train.grpo.pairs import agreed_rewards, pair_replies
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
 
 
@@ -114,24 +122,33 @@ class BranchAgent:
 
 
 def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_tokens: int,
-                  branches: Sequence[tuple[State, str]], name: str) -> list[dict[str, Any]]:
-    """Play each (state, reply) branch to the end of its week, the policy greedy after the reply; returns
-    each week's score dict (``final_score``, ``final_score_v2``, ...) in order."""
+                  branches: Sequence[tuple[State, str]], name: str, futures: int = 1) -> list[dict[str, Any]]:
+    """Play each (state, reply) branch to the end of its week, the policy greedy after the reply, under
+    ``futures`` futures (the person's own noise, then ones redrawn from the branch step on); returns each
+    branch's score dict in order: the own future's (``final_score_v2``, ...) with ``final_score`` the mean
+    over futures and ``draws`` each future's final score."""
     by_split: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, (state, _) in enumerate(branches):
         by_split[(state.condition, state.split)].append(i)
     scores: list[dict[str, Any]] = [{} for _ in branches]
     for (condition, split), idx in by_split.items():
-        engine = LockstepChat(model, tokenizer, stop_ids=stop_ids, max_new_tokens=max_new_tokens)
         forced = [[*branches[i][0].replies, branches[i][1]] for i in idx]
-        agent = BranchAgent(engine, name, forced)
-        records = play_batch(agent, condition, split, [branches[i][0].seed for i in idx], model=name)
-        for i, record in zip(idx, records, strict=True):
-            scores[i] = dict(record.score)
+        first = [branches[i][0].t for i in idx]
+        for d in range(futures):
+            engine = LockstepChat(model, tokenizer, stop_ids=stop_ids, max_new_tokens=max_new_tokens)
+            records = play_batch(BranchAgent(engine, name, forced), condition, split, [branches[i][0].seed for i in idx],
+                                 model=name, env_options={"future": d, "future_from": first})
+            for i, record in zip(idx, records, strict=True):
+                if d == 0:
+                    scores[i] = {**record.score, "draws": []}
+                scores[i]["draws"].append(float(record.score["final_score"]))
+    for s in scores:
+        s["final_score"] = float(np.mean(s["draws"]))
     return scores
 
 
-def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str) -> Callable[[list[Any], Any], dict[str, Any]]:
+def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
+                        settings: BranchMode = BranchMode()) -> Callable[[list[Any], Any], dict[str, Any]]:
     """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
 
@@ -153,11 +170,14 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str) -> Callable[[
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
-            torch.manual_seed(generator_seed)
-            out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
-                                 temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
-                                 max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)
-            completion_ids = cut_at_stop(out[:, width:].tolist(), stop_ids)
+            if settings.group == "pair":  # TRL repeats each prompt num_generations (2) times in a row
+                completion_ids = pair_replies(model, tokenizer, prompt_ids[::2], pad_id, stop_ids, int(g.max_new_tokens))
+            else:
+                torch.manual_seed(generator_seed)
+                out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
+                                     temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
+                                     max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)
+                completion_ids = cut_at_stop(out[:, width:].tolist(), stop_ids)
             texts = tokenizer.batch_decode([[t for t in c if t not in stop_ids] for c in completion_ids], skip_special_tokens=True)
             texts = [t.strip() for t in texts]
             row_states = [states[prompt_key(p)] for p in prompts]
@@ -170,13 +190,16 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str) -> Callable[[
                     branch_of[key] = len(branches)
                     branches.append((state, text))
                 index.append(branch_of[key])
-            scores = branch_scores(model, tokenizer, stop_ids, int(g.max_new_tokens), branches, name)
+            scores = branch_scores(model, tokenizer, stop_ids, int(g.max_new_tokens), branches, name, settings.futures)
+        rewards = [float(scores[j]["final_score"]) for j in index]
+        if settings.agree_z > 0:
+            rewards, _ = agreed_rewards(rewards, [scores[j]["draws"] for j in index], settings.agree_z)
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": completion_ids,
             "logprobs": None,  # sampling logprobs only matter for vLLM's importance correction
             "env_mask": [decision_mask(tokenizer, c, s.t) for c, s in zip(completion_ids, row_states, strict=True)],
-            "branch_score": [float(scores[j]["final_score"]) for j in index],
+            "branch_score": rewards,
         }
 
     return rollout

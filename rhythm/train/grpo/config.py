@@ -43,6 +43,24 @@ class StepMode:
 
 
 @dataclass(frozen=True)
+class BranchMode:
+    """``mode: branch``: what a state's group is and how its replies are valued (the states themselves come
+    from ``step:``); see :mod:`rhythm.train.grpo.branch`."""
+
+    group: str = "sampled"
+    """sampled: num_generations replies sampled per state; pair: the policy's greedy reply and the same belief
+    line with its runner-up action (num_generations 2; the last step's states are left out, since there the
+    score judges the belief, which the two replies share)."""
+    futures: int = 1
+    """Futures each branch is played under: the person's own noise, and futures - 1 redrawn from the branch
+    step on (the env's ``future`` option); the reward is the mean of their final scores."""
+    agree_z: float = 0.0
+    """group pair: a pair moves the policy only where its futures agree, i.e. where the runner-up's gain over
+    the greedy action (per future, the same noise for both) is at least agree_z standard errors from 0; the
+    other pairs get equal rewards, so no gradient. 0 = every pair moves it."""
+
+
+@dataclass(frozen=True)
 class EpisodeMode:
     """``mode: episode``: the student plays whole weeks (people from the data), each reply rewarded with its
     week's final score; one generation batch of weeks per optimizer step (its size derived)."""
@@ -78,6 +96,8 @@ class GRPORunConfig(TrainRunConfig):
     with its week's final score (settings under ``episode:``)."""
     step: StepMode = field(default_factory=StepMode)
     """Settings step and branch modes read (episode mode ignores them)."""
+    branch: BranchMode = field(default_factory=BranchMode)
+    """Settings only branch mode reads (step and episode modes ignore them)."""
     episode: EpisodeMode = field(default_factory=EpisodeMode)
     """Settings only episode mode reads (step mode ignores them)."""
     rollout_seeds: Union[str, int, None] = None
@@ -211,6 +231,8 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"anchor_weight must be >= 0 and anchor_states >= 1, got {cfg.anchor_weight} and {cfg.anchor_states}")
     if cfg.anchor_weight > 0 and cfg.mode == "episode":
         raise RhythmError("anchor_weight draws its states from the prompts of step or branch mode; episode mode has none")
+    if cfg.mode == "branch":
+        validate_branch(cfg.branch, cfg.num_generations)
     if cfg.mode == "branch" and cfg.step.use_vllm:
         raise RhythmError("branch mode plays weeks with the trained model itself; step.use_vllm applies to step mode only")
     if cfg.mode == "step" and cfg.step.use_vllm and not cfg.jobs.flavor:
@@ -226,6 +248,21 @@ def validate(cfg: GRPORunConfig) -> None:
             f"a job cannot read the local adapter {cfg.adapter}; pass the Hub repo it was pushed to "
             "(rhythm sft --flavor pushes it to its hub_model_id), e.g. --set adapter=me/rhythm-sft"
         )
+
+
+def validate_branch(branch: BranchMode, num_generations: int) -> None:
+    """The ``branch:`` section's own rules."""
+    if branch.group not in ("sampled", "pair"):
+        raise RhythmError(f"branch.group must be sampled or pair, got {branch.group!r}")
+    if branch.futures < 1:
+        raise RhythmError(f"branch.futures must be >= 1, got {branch.futures}")
+    if branch.group == "pair" and num_generations != 2:
+        raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
+    if branch.agree_z < 0:
+        raise RhythmError(f"branch.agree_z must be >= 0, got {branch.agree_z}")
+    if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
+        raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
+                          "and branch.futures >= 2")
 
 
 def has_rollouts(cfg: GRPORunConfig) -> bool:

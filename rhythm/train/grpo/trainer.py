@@ -48,6 +48,7 @@ import numpy as np
 import orjson
 
 from rhythm.agents.tiny import resolve_base
+from rhythm.env.constants import EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter
 from rhythm.records import JsonlWriter
@@ -202,6 +203,11 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
 
     if has_rollouts(cfg):
         rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
+    if cfg.mode == "branch" and cfg.branch.group == "pair":  # at the last step a pair shares what is judged
+        rows = [r for r in rows if int(r["t"]) < EPISODE_STEPS - 1]
+        say(f"branch.group=pair: {len(rows)} prompts before the last step")
+        if not rows:
+            raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
     model, tokenizer, source = load_policy(cfg, resolved)
     resolved["model_path"] = source["base"]
     _trim_logs(out, resume)
@@ -211,7 +217,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if cfg.mode == "episode":
         rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
     elif cfg.mode == "branch":
-        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}")
+        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}", cfg.branch)
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer)

@@ -1,0 +1,92 @@
+"""Branch mode's ``group: pair``: each state's group is the policy's own choice and its runner-up.
+
+A greedy policy's scores change only where its argmax changes, so the comparison that can move eval is
+between the action it plays and the one it would play next: the policy's greedy belief line followed by
+its most likely and its second most likely action (each action's log-probability summed over its tokens
+after that belief line). Both replies share the belief line, the person and the futures they are played
+under, so their score difference is what the action did. Sampled groups (``group: sampled``) mostly hold
+one action at a peaked student and compare it with actions it never plays (docs/grpo.md, fourth round).
+
+``agreed`` keeps a pair's two rewards only where its futures agree on the sign of the difference (the
+runner-up's gain at least ``z`` standard errors from 0); elsewhere the two get their mean, no gradient.
+One future's difference is mostly luck, and a pair's update is not symmetric in effect: an update in
+the runner-up's favour flips the greedy action at that state and at states like it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rhythm.env.constants import ACTIONS
+from rhythm.train.grpo.probe import greedy_replies, reply_logprobs
+
+
+def action_candidates(tokenizer: Any, greedy_text: str, stop_id: int) -> list[list[int]]:
+    """Token ids of the greedy reply's first line followed by each action's line, one per action (stop
+    token last), in :data:`ACTIONS` order."""
+    belief = greedy_text.strip().split("\n")[0]
+    return [tokenizer(f"{belief}\nACTION: {a}", add_special_tokens=False)["input_ids"] + [stop_id] for a in ACTIONS]
+
+
+def shared_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix every row starts with."""
+    n = min(len(r) for r in rows)
+    for k in range(n):
+        if len({r[k] for r in rows}) > 1:
+            return k
+    return n
+
+
+def action_logprobs(model: Any, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+    """Each candidate's log-probability after the prompt, summed over its tokens past the shared prefix
+    (the action's own tokens; the stop token excluded)."""
+    import torch
+
+    start = shared_prefix(candidates)
+    with torch.no_grad():
+        lps = reply_logprobs(model, [prompt_ids] * len(candidates), candidates, pad_id)
+    out = []
+    for c, lp in zip(candidates, lps, strict=True):
+        pos = torch.arange(start, len(c) - 1, device=lp.device)
+        out.append(float(lp[pos, torch.tensor(c[start:-1], device=lp.device)].sum()))
+    return np.asarray(out)
+
+
+def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],
+                 max_new_tokens: int) -> list[list[int]]:
+    """Two replies per prompt, in order (prompt 0's pair, prompt 1's, ...): the greedy belief line with the
+    policy's most likely action, then with its runner-up."""
+    greedy = greedy_replies(model, prompt_ids, pad_id, stop_ids, max_new_tokens)
+    texts = tokenizer.batch_decode([[t for t in g if t not in stop_ids] for g in greedy], skip_special_tokens=True)
+    out = []
+    for ids, text in zip(prompt_ids, texts, strict=True):
+        candidates = action_candidates(tokenizer, text, stop_ids[0])
+        order = np.argsort(-action_logprobs(model, ids, candidates, pad_id), kind="stable")
+        out += [candidates[order[0]], candidates[order[1]]]
+    return out
+
+
+def agreed(first: Sequence[float], second: Sequence[float], z: float) -> bool:
+    """Whether two replies' scores under the same futures (``first[d]``, ``second[d]``: future ``d``) differ
+    by at least ``z`` standard errors of their per-future difference."""
+    diff = np.asarray(second, dtype=float) - np.asarray(first, dtype=float)
+    if len(diff) < 2:
+        return False
+    se = diff.std(ddof=1) / np.sqrt(len(diff))
+    return bool(se > 0 and abs(diff.mean()) >= z * se)
+
+
+def agreed_rewards(rewards: Sequence[float], draws: Sequence[Sequence[float]], z: float) -> tuple[list[float], int]:
+    """Rewards of consecutive pairs (0-1, 2-3, ...) with each pair whose futures do not agree (:func:`agreed`)
+    set to its mean; returns the rewards and the number of pairs kept."""
+    out = [float(r) for r in rewards]
+    kept = 0
+    for i in range(0, len(out) - 1, 2):
+        if agreed(draws[i], draws[i + 1], z):
+            kept += 1
+        else:
+            out[i] = out[i + 1] = (out[i] + out[i + 1]) / 2
+    return out, kept

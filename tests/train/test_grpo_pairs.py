@@ -1,0 +1,165 @@
+"""Branch mode's ``group: pair`` and ``futures``: the greedy action against the runner-up, each valued
+under several futures, a pair kept only where its futures agree.
+
+The runner-up is checked against the next-token distribution read independently (one forward pass after
+the greedy reply's tokens up to its action), the futures against the env's own option."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.env.constants import ACTIONS, EPISODE_STEPS
+from rhythm.errors import RhythmError
+from rhythm.model.load import ModelOptions
+from rhythm.protocol import parse_reply
+from rhythm.train.grpo.branch import State, branch_scores
+from rhythm.train.grpo.config import BranchMode, validate_branch
+from rhythm.train.grpo.data import PromptOptions, build_prompts, student_rollouts
+from rhythm.train.grpo.pairs import agreed, agreed_rewards, pair_replies, shared_prefix
+from rhythm.train.grpo.probe import encode_prompts, greedy_replies
+
+from .helpers import REPO
+
+PAIRS_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny-pairs.yaml")
+scores = st.lists(st.floats(0, 1, allow_nan=False), min_size=2, max_size=8)
+
+
+def _load(path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def week(sft_model):
+    records = student_rollouts(str(sft_model), [EpisodeSpec("in-dist", "train", 7)], ModelOptions(max_new_tokens=16))
+    rows, _ = build_prompts([], PromptOptions(), records)
+    return records[0], rows
+
+
+@settings(max_examples=50, deadline=None)
+@given(a=scores, shift=st.floats(-0.5, 0.5, allow_nan=False), z=st.floats(0, 5, allow_nan=False))
+def test_a_constant_difference_is_not_agreement_and_agreement_is_symmetric(a, shift, z):
+    """Every future moving both scores alike (no spread of the difference) is no evidence at any z; swapping
+    the two replies does not change the verdict."""
+    b = [x + shift for x in a]
+    assert not agreed(a, b, z) or np.std(np.subtract(b, a)) > 0
+    noisy = [x + shift + 0.01 * (i % 3) for i, x in enumerate(a)]
+    assert agreed(a, noisy, z) == agreed(noisy, a, z)
+
+
+def test_agreement_arithmetic():
+    diff = np.array([0.02, 0.03, 0.01, 0.02])  # mean 0.02, sd 0.00816, se 0.00408: 4.9 standard errors
+    base = np.array([0.5, 0.6, 0.4, 0.7])
+    assert agreed(base, base + diff, 4.8) and not agreed(base, base + diff, 5.0)
+    assert not agreed([0.5], [0.9], 0.0), "one future cannot say whether futures agree"
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), pairs=st.integers(1, 6), z=st.floats(0.5, 4, allow_nan=False))
+def test_pairs_not_kept_get_their_mean_and_kept_pairs_are_untouched(data, pairs, z):
+    draws = [data.draw(st.lists(st.floats(0, 1, allow_nan=False), min_size=4, max_size=4)) for _ in range(2 * pairs)]
+    rewards = [float(np.mean(d)) for d in draws]
+    out, kept = agreed_rewards(rewards, draws, z)
+    assert kept == sum(agreed(draws[i], draws[i + 1], z) for i in range(0, 2 * pairs, 2))
+    for i in range(0, 2 * pairs, 2):
+        if agreed(draws[i], draws[i + 1], z):
+            assert out[i:i + 2] == rewards[i:i + 2]
+        else:
+            assert out[i] == out[i + 1] == pytest.approx((rewards[i] + rewards[i + 1]) / 2)
+    assert sum(out) == pytest.approx(sum(rewards))
+
+
+def test_shared_prefix():
+    assert shared_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert shared_prefix([[5, 6], [5, 6]]) == 2
+    assert shared_prefix([[1], [2]]) == 0
+
+
+def test_the_pair_is_the_greedy_reply_and_the_runner_up(sft_model, week):
+    import torch
+
+    _, rows = week
+    model, tokenizer = _load(sft_model)
+    stop = [tokenizer.eos_token_id]
+    ids = encode_prompts(tokenizer, [rows[t]["prompt"] for t in (0, 6, 13, 20)])
+    pairs = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16)
+    greedy = greedy_replies(model, ids, tokenizer.pad_token_id, stop, 16)
+    assert len(pairs) == 2 * len(ids)
+    action_ids = [tokenizer(f"BELIEF: S=0.5\nACTION: {a}", add_special_tokens=False)["input_ids"][-1] for a in ACTIONS]
+    assert len(set(action_ids)) == len(ACTIONS), "the tiny tokenizer has one token per action"
+    for n, g in enumerate(greedy):
+        first, second = pairs[2 * n], pairs[2 * n + 1]
+        assert first == g, "the first of a pair is the policy's own greedy reply"
+        one, two = (parse_reply(tokenizer.decode(r, skip_special_tokens=True)) for r in (first, second))
+        assert one.belief == two.belief and one.action != two.action and two.ok
+        k = next(i for i, tok in enumerate(g) if tok in action_ids)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids[n] + g[:k]])).logits[0, -1]
+        ranked = [ACTIONS[i] for i in torch.argsort(logits[action_ids], descending=True)[:2].tolist()]
+        assert [one.action_name, two.action_name] == ranked
+
+
+def test_a_branch_under_several_futures(sft_model, week):
+    """Future 0 is the week's own (the student's greedy reply gives back its week); the others redraw the
+    luck from the branch step on; the reward is their mean."""
+    record, rows = week
+    model, tokenizer = _load(sft_model)
+    states = [State.of_row(rows[t]) for t in (3, 26)]
+    branches = [(s, record["steps"][s.t]["response"]) for s in states]
+    one = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test")
+    three = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test", futures=3)
+    for a, b in zip(one, three, strict=True):
+        assert a["draws"] == [a["final_score"]] and a["final_score"] == pytest.approx(record["score"]["final_score"], abs=1e-12)
+        assert len(b["draws"]) == 3 and b["draws"][0] == a["final_score"]
+        assert b["final_score"] == pytest.approx(np.mean(b["draws"]))
+        assert len(set(b["draws"])) == 3, "each redrawn future is other luck"
+
+
+@pytest.mark.parametrize("values, generations, match", [
+    (dict(group="best"), 8, "branch.group must be sampled or pair"),
+    (dict(futures=0), 8, "branch.futures must be >= 1"),
+    (dict(group="pair"), 8, "set num_generations=2"),
+    (dict(agree_z=-1.0), 8, "branch.agree_z must be >= 0"),
+    (dict(agree_z=2.0, futures=6), 8, "needs branch.group=pair"),
+    (dict(agree_z=2.0, group="pair", futures=1), 2, "branch.futures >= 2"),
+])
+def test_branch_settings_are_checked(values, generations, match):
+    with pytest.raises(RhythmError, match=match):
+        validate_branch(BranchMode(**values), generations)
+    validate_branch(BranchMode(group="pair", futures=6, agree_z=2.0), 2)  # the shipped pairs config's
+
+
+@pytest.mark.slow
+def test_pairs_run_compares_the_greedy_action_with_the_runner_up(run_cli, tmp_path, sft_model):
+    """Two steps of the shipped pairs config on one person: every group is one belief line with two actions,
+    no state is at the last step, and a pair the futures do not agree on scores the same twice."""
+    out = tmp_path / "pairs"
+    code, stdout, err = run_cli(
+        "grpo", "--config", PAIRS_CONFIG, "--model", str(sft_model), "-o", str(out), "--max-steps", "2",
+        "--set", "rollout_seeds=3", "--set", "branch.futures=3", "--set", "logging_steps=1", "--set", "probe_states=4",
+        "--set", "anchor_states=4", "-q")
+    assert code == 0, err
+    assert orjson.loads(stdout)["global_step"] == 2
+    lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 2 * 16
+    groups = defaultdict(list)
+    for ln in lines:
+        groups[(ln["batch"], ln["group"])].append(ln)
+    assert all(len(g) == 2 for g in groups.values())
+    spread = 0
+    for a, b in groups.values():
+        assert a["t"] == b["t"] < EPISODE_STEPS - 1 and a["seed"] == b["seed"] == 3
+        assert a["belief"] == b["belief"] and a["action"] != b["action"]
+        spread += a["reward"] != b["reward"]
+    log = [orjson.loads(x) for x in (out / "training_log.jsonl").read_bytes().splitlines()]
+    steps = [e for e in log if "loss" in e]
+    assert {"anchor/kl", "groups_without_spread"} <= set(steps[-1])
+    assert np.mean([e["groups_without_spread"] for e in steps]) == pytest.approx(1 - spread / len(groups))
