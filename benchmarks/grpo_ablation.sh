@@ -111,9 +111,14 @@ for row in "$@"; do
     FPT2K) few grpo FPT2K $PAIRS --set learning_rate=1e-4 ;;
     FPT2Kx2) few grpo FPT2Kx2 $PAIRS --set learning_rate=1e-4 --max-steps 150 ;;
     FPT2Kh) few grpo FPT2Kh $PAIRS ;;  # the shipped configs/grpo-tiny-pairs.yaml
+    PT2Kh) grpo PT2Kh $PAIRS ;;  # the same on the full-data student
     FPT2Kh1) few grpo FPT2Kh1 $PAIRS --set seed=1 ;;
     FPT2Kh2) few grpo FPT2Kh2 $PAIRS --set seed=2 ;;
     FPD10) few grpo FPD10 $PAIRS --set branch.futures=10 ;;
+    # fifth round: the few-weeks quickstart's earlier refine stage on the same people; belief pairs against the truth
+    FQ) few grpo FQ configs/grpo-tiny-branch.yaml --max-steps 100 ;;
+    FBP1) few patched FBP1 RHYTHM_BPAIR=1 RHYTHM_MIN_T=27 -- --max-steps 64 --set num_generations=2 \
+      --set per_device_train_batch_size=32 --set rollout_seeds=5000-6023 --set learning_rate=3e-4 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done
