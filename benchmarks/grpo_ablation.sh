@@ -117,6 +117,8 @@ for row in "$@"; do
     FPD10) few grpo FPD10 $PAIRS --set branch.futures=10 ;;
     # fifth round: the few-weeks quickstart's earlier refine stage on the same people; belief pairs against the truth
     FQ) few grpo FQ configs/grpo-tiny-branch.yaml --max-steps 100 ;;
+    FQ1) few grpo FQ1 configs/grpo-tiny-branch.yaml --max-steps 100 --set seed=1 ;;
+    FQ2) few grpo FQ2 configs/grpo-tiny-branch.yaml --max-steps 100 --set seed=2 ;;
     FBP1) few patched FBP1 RHYTHM_BPAIR=1 RHYTHM_MIN_T=27 -- --max-steps 64 --set num_generations=2 \
       --set per_device_train_batch_size=32 --set rollout_seeds=5000-6023 --set learning_rate=3e-4 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
