@@ -45,14 +45,14 @@ pair() {  # NAME LABEL: the refined model of row NAME plays EVAL_SEEDS, paired w
   $R analyze paired "$WORK/e/${BASE:-sft}/eval_results_v2.episodes.jsonl" "$WORK/e/$1/eval_results_v2.episodes.jsonl"
 }
 
-patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a research row, whose code is this commit with
+patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a research row (config PCONFIG), whose code is this commit with
   # benchmarks/grpo_research.patch applied (in a scratch git worktree under WORK); then eval and pair
   local name=$1 tree="$WORK/research" vars=()
   shift
   while [ "$1" != "--" ]; do vars+=("$1"); shift; done
   shift
   [ -d "$tree" ] || { git worktree add -q --detach "$tree" HEAD && git -C "$tree" apply "$PWD/benchmarks/grpo_research.patch"; }
-  (cd "$tree" && env "${vars[@]}" PYTHONPATH="$tree" ${PYTHON:-python} -m rhythm.cli.main grpo --config configs/grpo-tiny-branch.yaml \
+  (cd "$tree" && env "${vars[@]}" PYTHONPATH="$tree" ${PYTHON:-python} -m rhythm.cli.main grpo --config "${PCONFIG:-configs/grpo-tiny-branch.yaml}" \
     --model "${START:-$SFT}" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true --set logging_steps=5 --set save_steps=1000 \
     "$@" > "$WORK/g/$name.log" 2>&1)
   pair "$name" "${vars[*]} $*"
@@ -121,6 +121,9 @@ for row in "$@"; do
     FQ2) few grpo FQ2 configs/grpo-tiny-branch.yaml --max-steps 100 --set seed=2 ;;
     FBP1) few patched FBP1 RHYTHM_BPAIR=1 RHYTHM_MIN_T=27 -- --max-steps 64 --set num_generations=2 \
       --set per_device_train_batch_size=32 --set rollout_seeds=5000-6023 --set learning_rate=3e-4 ;;
+    FPC3) PCONFIG=$PAIRS few patched FPC3 RHYTHM_CRASH_K=3 -- ;;
+    FPC3s1) PCONFIG=$PAIRS few patched FPC3s1 RHYTHM_CRASH_K=3 -- --set seed=1 ;;
+    FPC3s2) PCONFIG=$PAIRS few patched FPC3s2 RHYTHM_CRASH_K=3 -- --set seed=2 ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done
