@@ -161,10 +161,6 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
         stop_ids = list(trainer.eos_token_ids)
         pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0])
         prompt_ids = encode_prompts(tokenizer, prompts)
-        ids, mask = left_pad(prompt_ids, pad_id)
-        width = ids.shape[1]
-        step = trainer.state.global_step + 1
-        generator_seed = trainer.args.seed * 100_003 + step
         with unwrap_model_for_generation(
             trainer.model_wrapped, trainer.accelerator,
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
@@ -173,11 +169,12 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
             if settings.group == "pair":  # TRL repeats each prompt num_generations (2) times in a row
                 completion_ids = pair_replies(model, tokenizer, prompt_ids[::2], pad_id, stop_ids, int(g.max_new_tokens))
             else:
-                torch.manual_seed(generator_seed)
+                ids, mask = left_pad(prompt_ids, pad_id)
+                torch.manual_seed(trainer.args.seed * 100_003 + trainer.state.global_step + 1)
                 out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
                                      temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
                                      max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)
-                completion_ids = cut_at_stop(out[:, width:].tolist(), stop_ids)
+                completion_ids = cut_at_stop(out[:, ids.shape[1]:].tolist(), stop_ids)
             texts = tokenizer.batch_decode([[t for t in c if t not in stop_ids] for c in completion_ids], skip_special_tokens=True)
             texts = [t.strip() for t in texts]
             row_states = [states[prompt_key(p)] for p in prompts]
