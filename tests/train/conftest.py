@@ -45,3 +45,15 @@ def sft_adapter(tmp_path_factory, tiny_student) -> Path:
     """A tiny SFT LoRA adapter (the 3B recipe's path), a few steps: for GRPO's adapter plumbing
     (resume, Hub jobs), not for learning. Built once per session, shared by every worker; read-only."""
     return shared_sft_run(tmp_path_factory, "rhythm-grpo-sft", 3, **SFT_TINY, max_steps=2, learning_rate=3e-3)
+
+
+@pytest.fixture(scope="module")
+def greedy_week(sft_model):
+    """The SFT student's own greedy week of one person (played by eval's model agent) and its step rows."""
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.model.load import ModelOptions
+    from rhythm.train.grpo.data import PromptOptions, build_prompts, student_rollouts
+
+    records = student_rollouts(str(sft_model), [EpisodeSpec("in-dist", "train", 7)], ModelOptions(max_new_tokens=16))
+    rows, _ = build_prompts([], PromptOptions(), records)
+    return records[0], rows

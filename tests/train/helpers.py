@@ -23,6 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny.yaml")
 
 
+def load_model(path: Any) -> tuple[Any, Any]:
+    """A saved student and its tokenizer, in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
 def load_benchmark(name: str) -> Any:
     """The module of ``benchmarks/NAME.py`` (the benchmarks are scripts, not a package)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")

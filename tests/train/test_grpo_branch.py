@@ -12,34 +12,18 @@ import numpy as np
 import orjson
 import pytest
 
-from rhythm.agents.base import EpisodeSpec
-from rhythm.model.load import ModelOptions
 from rhythm.protocol import parse_reply
 from rhythm.train.grpo.branch import State, branch_key, branch_scores, decision_mask, prompt_key
-from rhythm.train.grpo.data import PromptOptions, build_prompts, student_rollouts
+from rhythm.train.grpo.data import PromptOptions, build_prompts
 
-from .helpers import TINY_CONFIG
+from .helpers import TINY_CONFIG, load_model
 
 FROM_MODEL = ["--set", "adapter=null", "--set", "use_peft=false"]
 
 
-def _load(path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
-
-
-@pytest.fixture(scope="module")
-def greedy_week(sft_model):
-    """The SFT student's own greedy week (played by eval's model agent) and its step rows."""
-    records = student_rollouts(str(sft_model), [EpisodeSpec("in-dist", "train", 7)], ModelOptions(max_new_tokens=16))
-    rows, _ = build_prompts([], PromptOptions(), records)
-    return records[0], rows
-
-
 def test_branching_on_the_students_own_reply_gives_back_its_own_week(sft_model, greedy_week):
     record, rows = greedy_week
-    model, tokenizer = _load(sft_model)
+    model, tokenizer = load_model(sft_model)
     states = [State.of_row(rows[t]) for t in (0, 9, 27)]
     branches = [(s, record["steps"][s.t]["response"]) for s in states]
     scores = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test")
@@ -52,7 +36,7 @@ def test_another_action_changes_the_week_from_its_step_on(sft_model, greedy_week
     """The branch week plays the recorded actions before t, the branch action at t; the score is the
     grader's for that week (its return is the env's for those actions)."""
     record, rows = greedy_week
-    model, tokenizer = _load(sft_model)
+    model, tokenizer = load_model(sft_model)
     t = 5
     state = State.of_row(rows[t])
     own = parse_reply(record["steps"][t]["response"]).action_name
@@ -106,7 +90,7 @@ def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_pa
     for e in steps:  # the share of groups whose replies all scored the same, from the reward log itself
         mine = [g for (batch, _), g in groups.items() if g[0]["step"] == e["step"]]
         assert e["groups_without_spread"] == pytest.approx(np.mean([len({ln["reward"] for ln in g}) == 1 for g in mine]))
-    model, tokenizer = _load(sft_model)
+    model, tokenizer = load_model(sft_model)
     rows, _ = build_prompts([], PromptOptions(), [orjson.loads(x) for x in (out / "student_rollouts.jsonl").read_bytes().splitlines()])
     by_t = {State.of_row(r).t: State.of_row(r) for r in rows}
     first = [ln for ln in lines if ln["step"] == 1]
@@ -117,7 +101,7 @@ def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_pa
 def test_only_the_judged_tokens_enter_the_loss(sft_model):
     """Before the last step the action line alone; at the last step the belief line alone; without an
     action line, the whole reply."""
-    _, tokenizer = _load(sft_model)
+    _, tokenizer = load_model(sft_model)
     reply = "BELIEF: S=0.25 M=0.75 W=0.50\nACTION: MEDITATE"
     ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     mask = decision_mask(tokenizer, ids, 4)

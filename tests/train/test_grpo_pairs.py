@@ -14,34 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rhythm.agents.base import EpisodeSpec
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
-from rhythm.model.load import ModelOptions
 from rhythm.protocol import parse_reply
 from rhythm.train.grpo.branch import State, branch_scores
 from rhythm.train.grpo.config import BranchMode, validate_branch
-from rhythm.train.grpo.data import PromptOptions, build_prompts, student_rollouts
 from rhythm.train.grpo.pairs import agreed, agreed_rewards, pair_replies, shared_prefix
 from rhythm.train.grpo.probe import encode_prompts, greedy_replies
 
-from .helpers import REPO
+from .helpers import REPO, load_model
 
 PAIRS_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny-pairs.yaml")
 scores = st.lists(st.floats(0, 1, allow_nan=False), min_size=2, max_size=8)
-
-
-def _load(path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
-
-
-@pytest.fixture(scope="module")
-def week(sft_model):
-    records = student_rollouts(str(sft_model), [EpisodeSpec("in-dist", "train", 7)], ModelOptions(max_new_tokens=16))
-    rows, _ = build_prompts([], PromptOptions(), records)
-    return records[0], rows
 
 
 @settings(max_examples=50, deadline=None)
@@ -83,11 +67,11 @@ def test_shared_prefix():
     assert shared_prefix([[1], [2]]) == 0
 
 
-def test_the_pair_is_the_greedy_reply_and_the_runner_up(sft_model, week):
+def test_the_pair_is_the_greedy_reply_and_the_runner_up(sft_model, greedy_week):
     import torch
 
-    _, rows = week
-    model, tokenizer = _load(sft_model)
+    _, rows = greedy_week
+    model, tokenizer = load_model(sft_model)
     stop = [tokenizer.eos_token_id]
     ids = encode_prompts(tokenizer, [rows[t]["prompt"] for t in (0, 6, 13, 20)])
     pairs = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16)
@@ -107,11 +91,11 @@ def test_the_pair_is_the_greedy_reply_and_the_runner_up(sft_model, week):
         assert [one.action_name, two.action_name] == ranked
 
 
-def test_a_branch_under_several_futures(sft_model, week):
+def test_a_branch_under_several_futures(sft_model, greedy_week):
     """Future 0 is the week's own (the student's greedy reply gives back its week); the others redraw the
     luck from the branch step on; the reward is their mean."""
-    record, rows = week
-    model, tokenizer = _load(sft_model)
+    record, rows = greedy_week
+    model, tokenizer = load_model(sft_model)
     states = [State.of_row(rows[t]) for t in (3, 26)]
     branches = [(s, record["steps"][s.t]["response"]) for s in states]
     one = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test")
