@@ -25,6 +25,7 @@ BELOW_MIN_SCORE = "episode final_score below min_score"
 PARSE_FAILURE = "a reply has no valid ACTION (parse_ok false)"
 EMPTY_REPLY = "an empty reply"
 TOO_LONG = "longer than max_length tokens (truncation would drop the last turns' loss)"
+NOT_BEST = "not its person's best week (best_week_per_person)"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class DataOptions:
     strip_reasoning: bool = False
     drop_parse_failures: bool = True
     first_turns: int | None = None
+    best_week_per_person: bool = False
 
 
 @dataclass
@@ -104,7 +106,7 @@ def _final_score(record: dict[str, Any], where: str) -> float:
     score = record.get("score")
     value = score.get("final_score") if isinstance(score, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RhythmError(f"{where}: score.final_score is missing or not a number; min_score needs it")
+        raise RhythmError(f"{where}: score.final_score is missing or not a number; min_score and best_week_per_person need it")
     return float(value)
 
 
@@ -147,7 +149,8 @@ def build_examples(
             if any(step.get("explored") for step in steps):
                 raise RhythmError(f"{where}: explored steps train with python benchmarks/dagger_probe.py sft, which "
                                   "keeps their ACTION lines out of the loss")
-            if options.min_score is not None and _final_score(record, where) < options.min_score:
+            score = _final_score(record, where) if options.min_score is not None or options.best_week_per_person else None
+            if options.min_score is not None and score < options.min_score:
                 report.drop_episode(BELOW_MIN_SCORE, len(steps))
                 continue
             replies, reason = _replies(steps, options, where)
@@ -158,11 +161,19 @@ def build_examples(
             # by two teachers must not land on both sides.
             episode = f"{record['condition']}/{record['split']}/{record['seed']}"
             rows = by_episode.setdefault(episode, [])
-            if not rows:
-                report.episodes_kept += 1
-            messages = record_conversation(record, include_reply=True, replies=replies, where=where)
-            rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
-                         "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
+            row = {"messages": record_conversation(record, include_reply=True, replies=replies, where=where),
+                   "episode": episode, "condition": str(record["condition"]), "split": str(record["split"]),
+                   "seed": int(record["seed"]), "agent": str(record["agent"]), "score": score, "steps": len(steps)}
+            if options.best_week_per_person and rows:  # one week per person: the higher score stays (ties: the first)
+                kept, dropped = (row, rows[0]) if row["score"] > rows[0]["score"] else (rows[0], row)
+                report.drop_episode(NOT_BEST, dropped["steps"])
+                rows[:] = [kept]
+                continue
+            rows.append(row)
+    for rows in by_episode.values():
+        report.episodes_kept += bool(rows)
+        for row in rows:
+            del row["score"], row["steps"]
     _, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):

@@ -58,6 +58,9 @@ class SFTRunConfig(TrainRunConfig):
     """Share of episodes (never steps) held out for validation loss; 0 = no validation."""
     min_score: float | None = None
     """Keep only episodes whose score.final_score is at least this (None = all)."""
+    best_week_per_person: bool = False
+    """Keep one week per person, the one with the highest score.final_score: expert iteration on the student's own
+    weeks, sampled several times per person by ``rhythm eval`` (benchmarks/expert_iteration.sh, docs/grpo.md)."""
     strip_reasoning: bool = False
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
