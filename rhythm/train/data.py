@@ -137,6 +137,7 @@ def build_examples(
         raise RhythmError("stdin (-) can be read only once")
     report = DataReport(files=[str(p) for p in paths])
     by_episode: dict[str, list[dict[str, Any]]] = {}
+    best: dict[str, tuple[float | None, int]] = {}  # episode -> (score, steps) of its kept week (best_week_per_person)
     for path in paths:
         for where, record in read_episodes(path):
             check_protocol(record, where)  # before any filter, so a v1 file is never silently thinned
@@ -161,19 +162,18 @@ def build_examples(
             # by two teachers must not land on both sides.
             episode = f"{record['condition']}/{record['split']}/{record['seed']}"
             rows = by_episode.setdefault(episode, [])
-            row = {"messages": record_conversation(record, include_reply=True, replies=replies, where=where),
-                   "episode": episode, "condition": str(record["condition"]), "split": str(record["split"]),
-                   "seed": int(record["seed"]), "agent": str(record["agent"]), "score": score, "steps": len(steps)}
             if options.best_week_per_person and rows:  # one week per person: the higher score stays (ties: the first)
-                kept, dropped = (row, rows[0]) if row["score"] > rows[0]["score"] else (rows[0], row)
-                report.drop_episode(NOT_BEST, dropped["steps"])
-                rows[:] = [kept]
-                continue
-            rows.append(row)
-    for rows in by_episode.values():
-        report.episodes_kept += bool(rows)
-        for row in rows:
-            del row["score"], row["steps"]
+                if score <= best[episode][0]:
+                    report.drop_episode(NOT_BEST, len(steps))
+                    continue
+                report.drop_episode(NOT_BEST, best[episode][1])
+                rows.clear()
+            elif not rows:
+                report.episodes_kept += 1
+            best[episode] = (score, len(steps))
+            messages = record_conversation(record, include_reply=True, replies=replies, where=where)
+            rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
+                         "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
     _, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):
