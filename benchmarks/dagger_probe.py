@@ -14,11 +14,16 @@ week as one SFT conversation (a transcript cannot show the student's reply and l
   refuses explored steps; ``dagger_probe.py sft`` (:func:`train`) is ``rhythm sft`` with their ACTION lines
   kept in context and out of the loss (a probe: row D2 did not beat the student it started from, so ``rhythm
   sft`` does not carry it).
+- ``oracle`` (``--beta B``): every reply states the student's own belief; the env's ``oracle`` (the planner with the
+  person's true profile: no teacher call) labels the action, and where the two differ the oracle's action is
+  played and shown with probability B (else the student's, marked ``explored``). The transcript stays true to what
+  was played, and the student's own states get the oracle's action. Learn with ``dagger_probe.py sft``.
 
 Run (docs/student.md, rows D1 and D2)::
 
     python benchmarks/dagger_probe.py --model runs/sft --seeds 4800-5759 --output data/dagger.jsonl
     python benchmarks/dagger_probe.py --model runs/sft --seeds 4800-5759 --output data/dagger-own.jsonl --actions student
+    python benchmarks/dagger_probe.py --model runs/sft --seeds 5000-6023 --output data/dagger-oracle.jsonl --actions oracle --beta 0.5
     rhythm sft --config configs/sft-tiny.yaml --data data/dagger.jsonl --model runs/sft -o runs/sft-dagger \\
         --set learning_rate=1e-3 --set lr_scheduler_type=cosine --set max_steps=120
     python benchmarks/dagger_probe.py sft --config configs/sft-tiny.yaml --set data=data/dagger-own.jsonl \\
@@ -26,7 +31,8 @@ Run (docs/student.md, rows D1 and D2)::
         --set learning_rate=1e-3 --set lr_scheduler_type=cosine --set max_steps=120
 
 Seeds are in-dist, train split: keep them apart from the teacher data's and from the free-play seeds
-(100000+). Prints one JSON line: weeks, how often the student's action was the teacher's, seconds.
+(100000+). Prints one JSON line: weeks, how often the student's action was the teacher's (the oracle's), seconds.
+docs/grpo.md's seventh round has the ``oracle`` rows.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from _common import report  # noqa: E402
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec  # noqa: E402
 from rhythm.agents.episodes import play  # noqa: E402
 from rhythm.agents.model import ModelAgent  # noqa: E402
-from rhythm.agents.teachers import BayesAgent, TeacherConfig  # noqa: E402
+from rhythm.agents.teachers import BayesAgent, OracleAgent, TeacherConfig  # noqa: E402
 from rhythm.env.constants import ACTIONS  # noqa: E402
 from rhythm.errors import RhythmError  # noqa: E402
 from rhythm.model.load import ModelOptions  # noqa: E402
@@ -86,6 +92,36 @@ class StudentActsTeacherLabels:
             shown = t.action if self.actions == "teacher" else s.action
             out.append(Decision(s.action, t.belief, format_ending(t.belief, shown),
                                 explored=self.actions == "student" and not agree))
+        return out
+
+
+class OracleSteers:
+    """The student writes each reply; the oracle's action is played where they agree, and where they differ with
+    probability ``beta`` (seeded), else the student's own, marked explored (see the module doc)."""
+
+    def __init__(self, student: Agent, oracle: OracleAgent, beta: float, seed: int = 0) -> None:
+        self.student, self.oracle, self.beta = student, oracle, beta
+        self.name = f"dagger({oracle.name} steers {student.name})"
+        self.rng = np.random.default_rng(seed)
+        self.agreed = 0
+        self.steps = 0
+
+    def reset(self, episodes: list[EpisodeSpec]) -> None:
+        self.student.reset(episodes)
+        self.oracle.reset(episodes)
+
+    def act(self, obs: BatchObservation) -> list[Decision]:
+        out = []
+        for s, o in zip(self.student.act(obs), self.oracle.act(obs)):
+            agree = s.action == o.action
+            self.agreed += agree
+            self.steps += 1
+            if s.belief is None:  # an unparseable reply stays as written (and its week is left out of SFT)
+                out.append(Decision(s.action, None, s.text, parse_ok=s.parse_ok, explored=not agree))
+                continue
+            steer = agree or self.rng.random() < self.beta
+            action = o.action if steer else s.action
+            out.append(Decision(action, s.belief, format_ending(s.belief, action), explored=not steer))
         return out
 
 
@@ -150,12 +186,18 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="the student: a rhythm sft output dir")
     ap.add_argument("--seeds", required=True, help="in-dist train-split seeds, e.g. 4800-5759")
     ap.add_argument("--output", required=True, help="episodes JSONL for rhythm sft")
-    ap.add_argument("--actions", choices=["teacher", "student"], default="teacher")
+    ap.add_argument("--actions", choices=["teacher", "student", "oracle"], default="teacher")
+    ap.add_argument("--beta", type=float, default=0.5, help="--actions oracle: how often a differing oracle action is played")
     ap.add_argument("--batch-size", type=int, default=64)
     args = ap.parse_args()
     seeds = parse_seeds(args.seeds)
     student = ModelAgent(args.model, ModelOptions(max_new_tokens=16, batch_size=args.batch_size))
-    agent = StudentActsTeacherLabels(student, BayesAgent(TeacherConfig()), args.actions)
+    if args.actions == "oracle":
+        if not 0.0 <= args.beta <= 1.0:
+            ap.error(f"--beta must be in [0, 1], got {args.beta}")
+        agent = OracleSteers(student, OracleAgent(TeacherConfig()), args.beta)
+    else:
+        agent = StudentActsTeacherLabels(student, BayesAgent(TeacherConfig()), args.actions)
     started = time.perf_counter()
     records = play(agent, [EpisodeSpec("in-dist", "train", s) for s in seeds], batch_size=args.batch_size)
     seconds = time.perf_counter() - started

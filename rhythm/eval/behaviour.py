@@ -1,9 +1,10 @@
-"""What agents did, side by side: crashes a week, behaviour score, last belief error, and how often
-each action was played, per condition.
+"""What agents did, side by side: crashes a week (and on which meter), behaviour score, last belief error,
+and how often each action was played, per condition.
 
 Run: ``rhythm analyze behaviour A.episodes.jsonl B.episodes.jsonl ...``. It shows *how* two students
 differ where :mod:`rhythm.eval.paired` shows *by how much*: docs/grpo.md reads from it that every refine
-setting moved the student's DEEP_WORK share on all people alike.
+setting moved the student's DEEP_WORK share on all people alike, and that the few-teacher-weeks student's
+extra in-dist crashes are serenity's, in the second half of the week, where it never meditates.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.env.constants import ACTIONS, condition_order
+from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.records import read_episodes
 
 
 def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per condition: ``{"episodes", "crashes", "behaviour", "belief_mae", "actions": {name: share}}``
-    (means over episodes; the belief MAE over the episodes that stated one; shares over all steps)."""
+    """Per condition: ``{"episodes", "crashes", "crashes_by_meter": {V: ...}, "behaviour", "belief_mae", "actions":
+    {name: share}}`` (means over episodes; a step's crash on a meter is that meter below ``CRASH_THRESHOLD`` after it,
+    as the env counts them; the belief MAE over the episodes that stated one; shares over all steps)."""
     by_cond: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_cond.setdefault(r["condition"], []).append(r)
@@ -30,10 +32,12 @@ def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
         eps = by_cond[cond]
         counts = Counter(s["action"] for e in eps for s in e["steps"])
         total = sum(counts.values()) or 1
+        below = np.array([[m < CRASH_THRESHOLD for m in s["meters"]] for e in eps for s in e["steps"]]).reshape(-1, len(METER_ABBREV))
         maes = [e["score"]["belief_mae"] for e in eps if e["score"].get("belief_mae") is not None]
         out[cond] = {
             "episodes": len(eps),
             "crashes": float(np.mean([e["score"]["crashes"] for e in eps])),
+            "crashes_by_meter": dict(zip(METER_ABBREV, (below.sum(axis=0) / len(eps)).tolist(), strict=True)),
             "behaviour": float(np.mean([e["score"]["behaviour_score"] for e in eps])),
             "belief_mae": float(np.mean(maes)) if maes else None,
             "actions": {a: counts.get(a, 0) / total for a in ACTIONS},
@@ -43,9 +47,10 @@ def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
 
 def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> str:
     """Profiles of several agents as one table: a row per (condition, agent); action shares in percent,
-    the actions no agent played left out."""
+    crashes a week on each meter as ``V/C/P/S/N``; the actions no agent played left out."""
     played = [a for a in ACTIONS if any(p[c]["actions"][a] > 0 for _, p in named for c in p)]
-    head = f"{'condition':9s}  {'agent':16s}  people  crashes  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
+    by_meter = "by meter " + "/".join(METER_ABBREV)
+    head = f"{'condition':9s}  {'agent':16s}  people  crashes  {by_meter:>20s}  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
     lines = [head]
     conds = sorted({c for _, p in named for c in p}, key=condition_order)
     for cond in conds:
@@ -54,8 +59,9 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
                 continue
             d = prof[cond]
             mae = "      -" if d["belief_mae"] is None else f"{d['belief_mae']:.4f}"
+            by_meter = "/".join(f"{d['crashes_by_meter'][m]:.2f}" for m in METER_ABBREV)
             shares = " ".join(f"{100 * d['actions'][a]:6.1f}" for a in played)
-            lines.append(f"{cond:9s}  {name[-16:]:16s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {d['behaviour']:9.3f}  {mae:>10s}  {shares}")
+            lines.append(f"{cond:9s}  {name[-16:]:16s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {by_meter:>20s}  {d['behaviour']:9.3f}  {mae:>10s}  {shares}")
     return "\n".join(lines)
 
 

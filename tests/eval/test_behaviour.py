@@ -12,13 +12,15 @@ from rhythm.eval.behaviour import behaviour_profile, behaviour_table, label
 from rhythm.records import JsonlWriter
 
 
-def _week(condition, seed, actions, crashes, behaviour, mae):
-    return {"condition": condition, "seed": seed, "steps": [{"action": a} for a in actions],
+def _week(condition, seed, actions, crashes, behaviour, mae, meters=None):
+    meters = meters or [[0.5] * 5] * len(actions)
+    return {"condition": condition, "seed": seed, "steps": [{"action": a, "meters": m} for a, m in zip(actions, meters)],
             "score": {"crashes": crashes, "behaviour_score": behaviour, "belief_mae": mae}}
 
 
 def test_shares_crashes_and_belief_error_by_hand():
-    records = [_week("ood", 1, ["SLEEP", "SLEEP", "DEEP_WORK", "NAP"], 3, 0.5, 0.2),
+    low = [[0.5, 0.5, 0.05, 0.09, 0.5], [0.5, 0.5, 0.5, 0.0999, 0.5], [0.10, 0.5, 0.5, 0.5, 0.5], [0.5] * 5]
+    records = [_week("ood", 1, ["SLEEP", "SLEEP", "DEEP_WORK", "NAP"], 3, 0.5, 0.2, meters=low),
                _week("in-dist", 2, ["SLEEP", "MEDITATE"], 1, 0.7, None),
                _week("ood", 3, ["DEEP_WORK", "DEEP_WORK"], 0, 0.3, 0.1)]
     prof = behaviour_profile(records)
@@ -26,13 +28,15 @@ def test_shares_crashes_and_belief_error_by_hand():
     ood = prof["ood"]
     assert ood["episodes"] == 2 and ood["crashes"] == pytest.approx(1.5) and ood["behaviour"] == pytest.approx(0.4)
     assert ood["belief_mae"] == pytest.approx(0.15)
+    assert ood["crashes_by_meter"] == pytest.approx({"V": 0.0, "C": 0.0, "P": 0.5, "S": 1.0, "N": 0.0}), \
+        "below 0.10 after a step is a crash (0.10 itself is not), averaged over the condition's weeks"
     assert ood["actions"]["DEEP_WORK"] == pytest.approx(3 / 6) and ood["actions"]["SLEEP"] == pytest.approx(2 / 6)
     assert ood["actions"]["NAP"] == pytest.approx(1 / 6) and sum(ood["actions"].values()) == pytest.approx(1.0)
     assert set(ood["actions"]) == set(ACTIONS)
     assert prof["in-dist"]["belief_mae"] is None, "no belief stated: no error to average"
     table = behaviour_table([("a", prof)]).splitlines()
     assert "NAP" in table[0] and "LEISUR" not in table[0], "actions nobody played are left out"
-    assert table[2].split()[:4] == ["ood", "a", "2", "1.50"]
+    assert table[2].split()[:5] == ["ood", "a", "2", "1.50", "0.00/0.00/0.50/1.00/0.00"]
 
 
 def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_cli):
@@ -48,5 +52,8 @@ def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_c
     row = out.splitlines()[1].split()
     assert row[:3] == ["in-dist", "heuristic", "3"]
     assert float(row[3]) == pytest.approx(sum(r["score"]["crashes"] for r in records) / 3, abs=0.005)
+    by_meter = behaviour_profile(records)["in-dist"]["crashes_by_meter"]
+    assert sum(by_meter.values()) == pytest.approx(sum(r["score"]["crashes"] for r in records) / 3), \
+        "the crashes on each meter add up to the env's own count"
     code, _, err = run_cli("analyze", "behaviour", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "not found" in err

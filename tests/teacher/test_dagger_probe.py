@@ -66,6 +66,28 @@ def test_student_acts_and_the_teacher_labels(actions):
                for (_, reply), own_step in zip(h, week.steps, strict=False))
 
 
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_the_oracle_steers_with_probability_beta(beta):
+    """``--actions oracle``: the student's belief in every reply; at beta 1 the oracle's own week is played (its
+    actions, its meters), at beta 0 the student's own, with the steps where the oracle would differ marked explored."""
+    probe = _probe()
+    specs = [EpisodeSpec("in-dist", "train", s) for s in SEEDS]
+    agent = probe.OracleSteers(make_agent("bayes"), make_agent("oracle"), beta)
+    steered = play(agent, specs)
+    played = play(make_agent("oracle" if beta == 1.0 else "bayes"), specs)
+    for week, own in zip(steered, played, strict=True):
+        assert [s.action for s in week.steps] == [s.action for s in own.steps]
+        assert [s.meters for s in week.steps] == [s.meters for s in own.steps]
+        for step in week.steps:
+            said = parse_reply(step.response)
+            assert said.ok and said.action_name == step.action and step.response.count("\n") == 1
+    explored = sum(s.explored for w in steered for s in w.steps)
+    assert explored + agent.agreed == agent.steps if beta == 0.0 else explored == 0
+    assert 0 < agent.agreed < agent.steps, "the bayes student and the oracle differ on some steps, not all"
+    if beta == 0.0:  # the student's own week: its own beliefs, as it stated them
+        assert [s.belief for w in steered for s in w.steps] == [s.belief for w in played for s in w.steps]
+
+
 def labelled_agreement(probe, specs) -> int:
     agent = probe.StudentActsTeacherLabels(make_agent("heuristic"), make_agent("bayes"), "teacher")
     play(agent, specs)
@@ -106,3 +128,27 @@ def test_explored_actions_stay_out_of_the_loss(tmp_path, tiny_student):
     for weights in ({"observation_loss": 0.1}, {"echo_loss": 1.0}):  # either would train the unlearned parts
         with pytest.raises(RhythmError, match="observation_loss or echo_loss would put the explored"):
             probe.train(SFTRunConfig(data=str(path), strip_reasoning=True, **weights))
+
+
+def test_meditate_below_forces_meditate_only_where_serenity_is_low():
+    """benchmarks/serenity_room.py: the inner agent's week, but MEDITATE wherever serenity is below the bound
+    outside the night slot; the reply keeps the inner agent's belief."""
+    from rhythm.env.constants import NIGHT, S
+
+    room = load_benchmark("serenity_room")
+    specs = [EpisodeSpec("ood", "train", s) for s in range(6)]
+    agent = room.MeditateBelow(make_agent("bayes"), 0.3)
+    forced = play(agent, specs)
+    steps = [(w, t) for w in forced for t in range(len(w.steps))]
+    low = [(w, t) for w, t in steps if t % 4 != NIGHT and (w.steps[t - 1].meters[S] if t else None) is not None
+           and w.steps[t - 1].meters[S] < 0.3]
+    assert low, "some ood person's serenity falls below 0.3"
+    assert all(w.steps[t].action == "MEDITATE" for w, t in low)
+    assert agent.forced > 0
+    first = play(make_agent("bayes"), specs)  # the same weeks up to the first forced step
+    for week, own in zip(forced, first, strict=True):
+        for step, mine in zip(week.steps, own.steps, strict=True):
+            assert step.belief == mine.belief and parse_reply(step.response).action_name == step.action
+            if step.action != mine.action:  # from here on the weeks differ
+                assert step.action == "MEDITATE"
+                break

@@ -55,6 +55,17 @@ def write_episodes(path: Path, seeds, *, condition: str = "in-dist", agent: str 
     return records
 
 
+def own_and_teacher_weeks(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """Three bayes weeks in one file, seeds 0 and 1 relabelled as a student's own (``agent: model:...``), seed 2
+    left the teacher's: the mix the probes that treat the two apart read."""
+    records = write_episodes(tmp_path / "bayes.jsonl", range(3))
+    for r in records[:2]:
+        r["agent"] = "model:runs/student"
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path, records
+
+
 def shared_sft_run(tmp_path_factory, name: str, episodes: int, **config) -> Path:
     """A tiny SFT run on ``episodes`` bayes episodes, built once per session under a file lock and
     shared by every worker (read-only); ``config`` are SFTRunConfig fields. Returns its output_dir."""

@@ -4,24 +4,19 @@ profile; teacher weeks train as ``rhythm sft`` trains them."""
 from __future__ import annotations
 
 import numpy as np
-import orjson
 
 from rhythm.grader import true_belief
 from rhythm.protocol import format_ending, parse_reply
 from rhythm.train.data import DataOptions, build_examples, tokenize_examples
 
-from .helpers import load_benchmark, write_episodes
+from .helpers import load_benchmark, own_and_teacher_weeks
 
 
 def test_only_the_last_belief_is_learned_and_it_is_the_truth(tmp_path, tiny_student):
     from transformers import AutoTokenizer
 
     probe = load_benchmark("truth_belief_probe")
-    records = write_episodes(tmp_path / "bayes.jsonl", range(3))
-    for r in records[:2]:
-        r["agent"] = "model:runs/student"  # the student's own weeks; seed 2 stays the teacher's
-    path = tmp_path / "mixed.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    path, records = own_and_teacher_weeks(tmp_path)  # seeds 0 and 1 the student's own weeks, seed 2 the teacher's
     options = DataOptions(val_fraction=0.0, strip_reasoning=True)
     rows, _ = probe.truth_examples([str(path)], options)
     plain, report = build_examples([str(path)], options)
