@@ -50,7 +50,8 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
     crashes a week on each meter as ``V/C/P/S/N``; the actions no agent played left out."""
     played = [a for a in ACTIONS if any(p[c]["actions"][a] > 0 for _, p in named for c in p)]
     by_meter = "by meter " + "/".join(METER_ABBREV)
-    head = f"{'condition':9s}  {'agent':16s}  people  crashes  {by_meter:>20s}  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
+    width = max([16, *(len(name) for name, _ in named)])
+    head = f"{'condition':9s}  {'agent':{width}s}  people  crashes  {by_meter:>20s}  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
     lines = [head]
     conds = sorted({c for _, p in named for c in p}, key=condition_order)
     for cond in conds:
@@ -61,17 +62,32 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
             mae = "      -" if d["belief_mae"] is None else f"{d['belief_mae']:.4f}"
             by_meter = "/".join(f"{d['crashes_by_meter'][m]:.2f}" for m in METER_ABBREV)
             shares = " ".join(f"{100 * d['actions'][a]:6.1f}" for a in played)
-            lines.append(f"{cond:9s}  {name[-16:]:16s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {by_meter:>20s}  {d['behaviour']:9.3f}  {mae:>10s}  {shares}")
+            lines.append(f"{cond:9s}  {name:{width}s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {by_meter:>20s}  {d['behaviour']:9.3f}  {mae:>10s}  {shares}")
     return "\n".join(lines)
 
 
-def label(files: str) -> str:
+def label(files: str, depth: int = 1) -> str:
     """An agent's name in the table: the folder of its episodes file (``runs/eval/sft/eval_results_v2.episodes.jsonl``
-    -> ``sft``), or the file's name when it is not eval's."""
+    -> ``sft``), or the file's name when it is not eval's; with ``depth`` d, the last d parts of that path."""
     path = Path(files.split(",")[0])
-    return path.parent.name if path.name.endswith(".episodes.jsonl") and path.parent.name else path.name
+    parts = path.parent.parts if path.name.endswith(".episodes.jsonl") and path.parent.name else path.parts
+    return "/".join(parts[-depth:])
+
+
+def labels(files: Sequence[str]) -> list[str]:
+    """:func:`label` of each agent, each name lengthened by its parent folders until no two agents share one
+    (``few/eval/sft`` and ``full/eval/sft`` rather than ``sft`` twice)."""
+    depth = [1] * len(files)
+    while True:
+        names = [label(f, d) for f, d in zip(files, depth, strict=True)]
+        clash = [i for i, n in enumerate(names) if names.count(n) > 1 and label(files[i], depth[i] + 1) != n]
+        if not clash:
+            return names
+        for i in clash:
+            depth[i] += 1
 
 
 def behaviour_of(files: Sequence[str]) -> str:
     """:func:`behaviour_table` of each episodes file (several joined with commas count as one agent)."""
-    return behaviour_table([(label(f), behaviour_profile(r for path in f.split(",") for _, r in read_episodes(path))) for f in files])
+    profiles = [behaviour_profile(r for path in f.split(",") for _, r in read_episodes(path)) for f in files]
+    return behaviour_table(list(zip(labels(files), profiles, strict=True)))

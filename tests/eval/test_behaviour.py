@@ -8,7 +8,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.constants import ACTIONS
-from rhythm.eval.behaviour import behaviour_profile, behaviour_table, label
+from rhythm.eval.behaviour import behaviour_profile, behaviour_table, label, labels
 from rhythm.records import JsonlWriter
 
 
@@ -57,3 +57,14 @@ def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_c
         "the crashes on each meter add up to the env's own count"
     code, _, err = run_cli("analyze", "behaviour", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "not found" in err
+
+
+def test_agents_that_share_a_folder_name_are_told_apart_by_their_parents():
+    few, full = "runs/few/eval/sft/eval_results_v2.episodes.jsonl", "runs/full/eval/sft/eval_results_v2.episodes.jsonl"
+    teacher = "runs/full/eval/teacher/eval_results_v2.episodes.jsonl"
+    assert labels([few, full, teacher]) == ["few/eval/sft", "full/eval/sft", "teacher"]
+    assert labels([few, "data/teacher.jsonl"]) == ["sft", "teacher.jsonl"]
+    assert labels([few, few]) == ["runs/few/eval/sft"] * 2, "the same file twice: as long as it gets, then stops"
+    table = behaviour_table([(name, behaviour_profile([_week("ood", 1, ["SLEEP"], 0, 0.5, 0.1)]))
+                             for name in ("a-name-longer-than-sixteen/eval/sft", "b")])
+    assert table.splitlines()[1].split()[1] == "a-name-longer-than-sixteen/eval/sft", "names are never cut"
