@@ -21,7 +21,6 @@ not carry it.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from typing import Any
 
@@ -42,9 +41,9 @@ def world_model_weights(own_obs: float, own_reply: float):
                  observation_loss: float = 0.0, echo_loss: float | None = None) -> dict[str, list[dict[str, Any]]]:
         teacher = {k: [r for r in v if not own_week(r)] for k, v in rows.items()}
         own = {k: [r for r in v if own_week(r)] for k, v in rows.items()}
+        # one report for both: drops and the longest week add up; the counts are taken once more on the merged rows
         out = tokenize_examples(teacher, tokenizer, max_length, report, observation_loss=observation_loss, echo_loss=echo_loss)
-        spare = copy.deepcopy(report)  # the own weeks' drops and longest week, merged below
-        mine = tokenize_examples(own, tokenizer, max_length, spare, observation_loss=own_obs) if any(own.values()) else {}
+        mine = tokenize_examples(own, tokenizer, max_length, report, observation_loss=own_obs) if any(own.values()) else {}
         for split in mine.values():
             for example in split:
                 # tokenize_examples gives the replies 1 and everything else own_obs (< 1 here)
@@ -52,7 +51,6 @@ def world_model_weights(own_obs: float, own_reply: float):
                 example["loss_weights"] = weights
                 example["labels"] = [t if w > 0 else -100 for t, w in zip(example["input_ids"], weights, strict=True)]
         merged = {k: out.get(k, []) + mine.get(k, []) for k in rows}
-        report.max_tokens, report.dropped_episodes = max(report.max_tokens, spare.max_tokens), spare.dropped_episodes
         report.count(merged)
         return merged
 

@@ -140,8 +140,8 @@ def test_meditate_below_forces_meditate_only_where_serenity_is_low():
     agent = room.MeditateBelow(make_agent("bayes"), 0.3)
     forced = play(agent, specs)
     steps = [(w, t) for w in forced for t in range(len(w.steps))]
-    low = [(w, t) for w, t in steps if t % 4 != NIGHT and (w.steps[t - 1].meters[S] if t else None) is not None
-           and w.steps[t - 1].meters[S] < 0.3]
+    # the meters an agent sees at step t are those after step t - 1
+    low = [(w, t) for w, t in steps if t > 0 and t % 4 != NIGHT and w.steps[t - 1].meters[S] < 0.3]
     assert low, "some ood person's serenity falls below 0.3"
     assert all(w.steps[t].action == "MEDITATE" for w, t in low)
     assert agent.forced > 0
