@@ -1,7 +1,7 @@
 """Own weeks as a world model: can the student learn to *see* serenity from weeks it played itself?
 
-The few-teacher-weeks student reads serenity off its state at ``ACTION:`` at R^2 0.29 (the full-data student
-0.79: ``rhythm analyze teacher-forced MODEL WEEKS --meters``), never meditates, and crashes on serenity 2.3 times
+The few-teacher-weeks student reads serenity off its state at ``ACTION:`` at R^2 0.38 (the full-data student
+0.82: ``rhythm analyze teacher-forced MODEL WEEKS --meters`` on 200 fresh teacher weeks), never meditates, and crashes on serenity 2.3 times
 an in-dist week against 0.3 (``rhythm analyze behaviour``). The quickstart's stage 1 taught the full-data student
 to see the meters by putting the week's observations in the loss (``observation_loss``, docs/student.md); the
 environment gives observations for free. This is ``rhythm sft`` where the weeks a model played (``agent:

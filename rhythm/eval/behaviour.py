@@ -4,7 +4,7 @@ and how often each action was played, per condition.
 Run: ``rhythm analyze behaviour A.episodes.jsonl B.episodes.jsonl ...``. It shows *how* two students
 differ where :mod:`rhythm.eval.paired` shows *by how much*: docs/grpo.md reads from it that every refine
 setting moved the student's DEEP_WORK share on all people alike, and that the few-teacher-weeks student's
-extra in-dist crashes are serenity's, in the second half of the week, where it never meditates.
+extra in-dist crashes are serenity's, and that it never meditates.
 """
 
 from __future__ import annotations
