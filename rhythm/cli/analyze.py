@@ -25,16 +25,20 @@ EpisodesArg = Annotated[str, typer.Argument(metavar="EPISODES", show_default=Fal
 def paired_command(
     first: EpisodesArg,
     second: Annotated[str, typer.Argument(metavar="SECOND", help="Episodes JSONL of the second agent, on the same people.", show_default=False)],
+    metric: Annotated[str, typer.Option("--metric", help="final_score | crashes | crashes:M (M one of V, C, P, S, N): "
+                                                         "what is paired; for crashes fewer is a win.")] = "final_score",
 ) -> None:
     """Second minus first, paired by person: mean final score difference per condition, 95% CI, wins.
 
     \b
     Examples:
       rhythm analyze paired runs/eval/sft/eval_results_v2.episodes.jsonl runs/eval/grpo/eval_results_v2.episodes.jsonl
+      rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric crashes:S    # serenity crashes a week
     """
-    from rhythm.eval.paired import final_scores_of, paired_differences, paired_table
+    from rhythm.eval.paired import final_scores_of, lower_is_better, paired_differences, paired_table
 
-    print(paired_table(paired_differences(final_scores_of(first), final_scores_of(second))))
+    pairs = final_scores_of(first, metric), final_scores_of(second, metric)
+    print(paired_table(paired_differences(*pairs, lower_better=lower_is_better(metric))))
 
 
 @analyze_app.command("behaviour")

@@ -3,7 +3,8 @@
 Run: ``rhythm analyze paired FIRST.episodes.jsonl SECOND.episodes.jsonl`` (``rhythm eval``'s episode
 files; several files per side may be joined with commas). Prints, per condition, the mean of (second -
 first) over the people both played, its seeded 95% bootstrap CI (:func:`rhythm.eval.stats.mean_ci`) and
-how often the second beats the first. Pairing removes the person-to-person spread that makes two
+how often the second beats the first. ``--metric crashes`` pairs the crashes a week instead (``crashes:S``:
+the steps that ended with serenity below the crash line; any of V, C, P, S, N), where fewer is a win. Pairing removes the person-to-person spread that makes two
 students' own CIs overlap: this is how docs/student.md compares one training choice with another on the
 same train-split seeds, and how the quickstart reports GRPO against SFT.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rhythm.env.constants import condition_order
+from rhythm.env.constants import CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci, paired_win_rate
 from rhythm.records import read_episodes
@@ -22,20 +23,44 @@ Key = tuple[str, str, int]
 """An episode's person: condition, split, seed."""
 
 
-def final_scores(records: Iterable[dict[str, Any]]) -> dict[Key, float]:
-    """``{(condition, split, seed): final score}``; a person played twice is refused (which week to pair?)."""
+METRICS = ("final_score", "crashes", *(f"crashes:{m}" for m in METER_ABBREV))
+"""What ``rhythm analyze paired`` can pair: the final score (v3), the week's crashes, or one meter's."""
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether fewer of ``metric`` is the better week (crash counts)."""
+    return metric.startswith("crashes")
+
+
+def episode_value(record: dict[str, Any], metric: str = "final_score") -> float:
+    """One week's ``metric`` (:data:`METRICS`); ``crashes:M`` counts the steps after which meter M was below
+    ``CRASH_THRESHOLD``, as the env counts a crash."""
+    if metric == "final_score":
+        return float(record["score"]["final_score"])
+    if metric == "crashes":
+        return float(record["score"]["crashes"])
+    m = METER_ABBREV.index(metric.split(":")[1])
+    return float(sum(s["meters"][m] < CRASH_THRESHOLD for s in record["steps"]))
+
+
+def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score") -> dict[Key, float]:
+    """``{(condition, split, seed): value}`` of ``metric`` (the final score by default); a person played twice is
+    refused (which week to pair?)."""
+    if metric not in METRICS:
+        raise RhythmError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     out: dict[Key, float] = {}
     for r in records:
         key = (r["condition"], r["split"], int(r["seed"]))
         if key in out:
             raise RhythmError(f"{key[0]} person {key[2]} ({key[1]} split) appears twice on one side")
-        out[key] = float(r["score"]["final_score"])
+        out[key] = episode_value(r, metric)
     return out
 
 
-def paired_differences(first: dict[Key, float], second: dict[Key, float]) -> dict[str, dict[str, Any]]:
+def paired_differences(first: dict[Key, float], second: dict[Key, float], lower_better: bool = False) -> dict[str, dict[str, Any]]:
     """Per condition: ``{"episodes": n, "mean": m, "ci95": [lo, hi], "win_rate": w}`` of (second - first)
-    over the people both sides played (conditions in the benchmark's order); none in common raises."""
+    over the people both sides played (conditions in the benchmark's order); none in common raises. A win is a
+    higher value, or a lower one with ``lower_better``."""
     shared = sorted(set(first) & set(second))
     if not shared:
         raise RhythmError("the two sides share no person (condition, split and seed): nothing to pair")
@@ -44,13 +69,13 @@ def paired_differences(first: dict[Key, float], second: dict[Key, float]) -> dic
         keys = [k for k in shared if k[0] == cond]
         a, b = [first[k] for k in keys], [second[k] for k in keys]
         out[cond] = {"episodes": len(keys), **mean_ci([y - x for x, y in zip(a, b, strict=True)]),
-                     "win_rate": paired_win_rate(b, a)}
+                     "win_rate": paired_win_rate(a, b) if lower_better else paired_win_rate(b, a)}
     return out
 
 
-def final_scores_of(files: str) -> dict[Key, float]:
+def final_scores_of(files: str, metric: str = "final_score") -> dict[Key, float]:
     """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths)."""
-    return final_scores(r for path in files.split(",") for _, r in read_episodes(path))
+    return final_scores((r for path in files.split(",") for _, r in read_episodes(path)), metric)
 
 
 def paired_table(diffs: dict[str, dict[str, Any]]) -> str:

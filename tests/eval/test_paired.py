@@ -11,7 +11,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.errors import RhythmError
-from rhythm.eval.paired import final_scores, paired_differences
+from rhythm.eval.paired import episode_value, final_scores, paired_differences
 from rhythm.records import JsonlWriter
 
 people = st.dictionaries(
@@ -52,6 +52,19 @@ def test_a_person_played_twice_on_one_side_is_refused():
         final_scores([rec, rec])
 
 
+def test_crash_metrics_count_the_steps_a_meter_ends_below_the_line_and_fewer_wins():
+    steps = [{"meters": [0.5, 0.5, 0.05, 0.10, 0.5]}, {"meters": [0.09, 0.5, 0.2, 0.0999, 0.5]}, {"meters": [0.5] * 5}]
+    rec = {"condition": "ood", "split": "train", "seed": 4, "score": {"final_score": 0.3, "crashes": 3}, "steps": steps}
+    assert episode_value(rec, "crashes:S") == 1.0, "0.10 itself is not below the line"
+    assert [episode_value(rec, f"crashes:{m}") for m in "VCPN"] == [1.0, 0.0, 1.0, 0.0]
+    assert episode_value(rec, "crashes") == 3.0 and episode_value(rec) == 0.3
+    with pytest.raises(RhythmError, match="unknown metric 'crashes:X'"):
+        final_scores([rec], "crashes:X")
+    fewer = {("ood", "train", s): 2.0 for s in range(5)}
+    diffs = paired_differences(fewer, {k: v - 1 for k, v in fewer.items()}, lower_better=True)
+    assert diffs["ood"]["mean"] == pytest.approx(-1.0) and diffs["ood"]["win_rate"] == 1.0
+
+
 @pytest.fixture(scope="module")
 def two_agents(tmp_path_factory):
     """Heuristic and bayes weeks of the same people, in two conditions (bayes split over two files)."""
@@ -84,11 +97,26 @@ def test_the_command_pairs_real_episode_files(two_agents, run_cli):
         assert line.split()[1] == "4" and float(line.split()[2]) == pytest.approx(mean, abs=5e-4)
 
 
+def test_the_per_meter_crashes_add_up_to_the_envs_count(two_agents, run_cli):
+    _, _, paths = two_agents
+    files = str(paths["heuristic"][0]), ",".join(map(str, paths["bayes"]))
+
+    def means(metric):
+        code, out, err = run_cli("analyze", "paired", *files, "--metric", metric)
+        assert code == 0, err
+        return [float(line.split()[2]) for line in out.splitlines()[1:]]
+
+    total = means("crashes")
+    by_meter = [means(f"crashes:{m}") for m in "VCPSN"]
+    assert [sum(c) for c in zip(*by_meter, strict=True)] == pytest.approx(total, abs=3e-3)
+
+
 def test_the_command_gives_one_line_and_exit_2_on_bad_input(two_agents, tmp_path, run_cli):
     _, _, paths = two_agents
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(paths["heuristic"][0].read_bytes() + b"{not json\n")
-    for args in ([str(tmp_path / "missing.jsonl"), str(paths["heuristic"][0])],
+    for args in ([str(paths["heuristic"][0]), str(paths["heuristic"][0]), "--metric", "steps"],
+                 [str(tmp_path / "missing.jsonl"), str(paths["heuristic"][0])],
                  [str(broken), str(paths["heuristic"][0])]):
         code, _, err = run_cli("analyze", "paired", *args)
         err = err.strip().splitlines()
