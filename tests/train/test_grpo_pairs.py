@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.protocol import parse_reply
-from rhythm.train.grpo.branch import State, branch_scores
+from rhythm.train.grpo.branch import State, branch_scores, state_meters
 from rhythm.train.grpo.config import BranchMode, validate_branch
-from rhythm.train.grpo.pairs import agreed, agreed_rewards, pair_replies, shared_prefix
+from rhythm.train.grpo.pairs import agreed, agreed_rewards, pair_replies, restoring_action, shared_prefix
 from rhythm.train.grpo.probe import encode_prompts, greedy_replies
 
 from .helpers import REPO, load_model
@@ -61,19 +61,53 @@ def test_pairs_not_kept_get_their_mean_and_kept_pairs_are_untouched(data, pairs,
     assert sum(out) == pytest.approx(sum(rewards))
 
 
+@pytest.mark.parametrize("meters, t, below, expected", [
+    ((0.6, 0.6, 0.0, 0.15, 0.5), 5, 0.25, "MEDITATE"),     # serenity lowest: +0.05 beats LEISURE/FAMILY_TIME's +0.03
+    ((0.6, 0.6, 0.0, 0.25, 0.5), 5, 0.25, None),           # 0.25 itself is not below 0.25; progress 0 never counts
+    ((0.6, 0.6, 0.0, 0.5, 0.12), 2, 0.25, "SOCIALIZE"),    # connection: +0.12
+    ((0.2, 0.6, 0.0, 0.5, 0.5), 3, 0.25, "SLEEP"),         # vitality at night: SLEEP +0.2
+    ((0.2, 0.6, 0.0, 0.5, 0.5), 4, 0.25, "SLEEP"),         # in the morning SLEEP gives 0.35 x 0.2 = 0.07 > NAP's 0.05
+    ((0.6, 0.2, 0.0, 0.5, 0.5), 0, 0.25, "SLEEP"),         # cognition: 0.35 x 0.22 = 0.077 > MEDITATE/NAP's 0.03
+    ((0.6, 0.6, 0.9, 0.3, 0.5), 0, 0.5, "MEDITATE"),       # the threshold is the setting's
+    ((0.6, 0.6, 0.0, 0.05, 0.5), 1, 0.25, "MEDITATE"),     # 0.05 + 0.05 reaches the crash line (0.10) exactly
+    ((0.6, 0.6, 0.0, 0.04, 0.5), 1, 0.25, None),           # 0.04 + 0.05 does not: it crashes whatever is played
+    ((0.6, 0.6, 0.0, 0.0, 0.2), 1, 0.25, "SOCIALIZE"),     # then the next low meter that can be kept up
+    ((0.6, 0.6, 0.0, 0.15, 0.5), 3, 0.25, None),           # at night only SLEEP: MEDITATE would miss the night
+    ((0.6, 0.15, 0.0, 0.15, 0.5), 7, 0.25, "SLEEP"),       # cognition ties serenity at 0.15 and comes first: SLEEP
+])
+def test_the_restoring_action_raises_the_lowest_meter_most(meters, t, below, expected):
+    assert restoring_action(meters, t, below) == expected
+
+
+def test_state_meters_are_the_meters_the_week_recorded_before_each_step(greedy_week):
+    """Replayed in batches by step, each row's meters equal the recorded week's meters after the step before it."""
+    record, rows = greedy_week
+    meters = state_meters(rows)
+    for row, m in zip(rows, meters, strict=True):
+        t = int(row["t"])
+        if t > 0:
+            assert m == pytest.approx(record["steps"][t - 1]["meters"], abs=1e-6)
+    assert len({tuple(m) for m in meters}) == len(rows)
+
+
 def test_shared_prefix():
     assert shared_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
     assert shared_prefix([[5, 6], [5, 6]]) == 2
     assert shared_prefix([[1], [2]]) == 0
 
 
-def test_the_pair_is_the_greedy_reply_and_the_runner_up(sft_model, greedy_week):
-    import torch
-
+@pytest.fixture(scope="module")
+def four_states(sft_model, greedy_week):
+    """The SFT student, its tokenizer, its stop ids and four states of its own greedy week, encoded."""
     _, rows = greedy_week
     model, tokenizer = load_model(sft_model)
-    stop = [tokenizer.eos_token_id]
-    ids = encode_prompts(tokenizer, [rows[t]["prompt"] for t in (0, 6, 13, 20)])
+    return model, tokenizer, [tokenizer.eos_token_id], encode_prompts(tokenizer, [rows[t]["prompt"] for t in (0, 6, 13, 20)])
+
+
+def test_the_pair_is_the_greedy_reply_and_the_runner_up(four_states):
+    import torch
+
+    model, tokenizer, stop, ids = four_states
     pairs = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16)
     greedy = greedy_replies(model, ids, tokenizer.pad_token_id, stop, 16)
     assert len(pairs) == 2 * len(ids)
@@ -89,6 +123,22 @@ def test_the_pair_is_the_greedy_reply_and_the_runner_up(sft_model, greedy_week):
             logits = model(input_ids=torch.tensor([ids[n] + g[:k]])).logits[0, -1]
         ranked = [ACTIONS[i] for i in torch.argsort(logits[action_ids], descending=True)[:2].tolist()]
         assert [one.action_name, two.action_name] == ranked
+
+
+def test_a_named_challenger_replaces_the_runner_up_unless_it_is_the_greedy_action(four_states):
+    model, tokenizer, stop, ids = four_states
+    plain = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16)
+    greedy = [parse_reply(tokenizer.decode(plain[2 * n], skip_special_tokens=True)).action_name for n in range(len(ids))]
+    challengers = ["MEDITATE" if greedy[0] != "MEDITATE" else "NAP", greedy[1], None, "SOCIALIZE"]
+    named = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16, challengers)
+    for n, c in enumerate(challengers):
+        assert named[2 * n] == plain[2 * n], "the first of a pair is still the greedy reply"
+        one, two = (parse_reply(tokenizer.decode(r, skip_special_tokens=True)) for r in named[2 * n:2 * n + 2])
+        assert one.belief == two.belief
+        if c is None or c == greedy[n]:
+            assert named[2 * n + 1] == plain[2 * n + 1], "no challenger, or the greedy one: the runner-up"
+        else:
+            assert two.action_name == c
 
 
 def test_a_branch_under_several_futures(sft_model, greedy_week):
@@ -114,6 +164,10 @@ def test_a_branch_under_several_futures(sft_model, greedy_week):
     (dict(agree_z=-1.0), 8, "branch.agree_z must be >= 0"),
     (dict(agree_z=2.0, futures=6), 8, "needs branch.group=pair"),
     (dict(agree_z=2.0, group="pair", futures=1), 2, "branch.futures >= 2"),
+    (dict(challenger="best"), 2, "branch.challenger must be runner_up or restore"),
+    (dict(challenger="restore"), 8, "needs branch.group=pair"),
+    (dict(group="pair", restore_below=0.0), 2, r"restore_below must be in \(0, 1\]"),
+    (dict(group="pair", restore_only=True), 2, "restore_only .* needs branch.challenger=restore"),
 ])
 def test_branch_settings_are_checked(values, generations, match):
     with pytest.raises(RhythmError, match=match):
@@ -147,3 +201,28 @@ def test_pairs_run_compares_the_greedy_action_with_the_runner_up(run_cli, tmp_pa
     steps = [e for e in log if "loss" in e]
     assert {"anchor/kl", "groups_without_spread"} <= set(steps[-1])
     assert np.mean([e["groups_without_spread"] for e in steps]) == pytest.approx(1 - spread / len(groups))
+
+
+@pytest.mark.slow
+def test_restore_pairs_compare_the_greedy_action_with_the_action_that_keeps_a_low_meter_up(run_cli, tmp_path, sft_model):
+    """challenger restore with restore_only: every trained state has a meter to keep off the crash line, and
+    its pair is the greedy action against the restoring action (the runner-up only where the two coincide)."""
+    out = tmp_path / "restore"
+    code, stdout, err = run_cli(
+        "grpo", "--config", PAIRS_CONFIG, "--model", str(sft_model), "-o", str(out), "--max-steps", "1",
+        "--set", "rollout_seeds=3-4", "--set", "branch.futures=2", "--set", "branch.challenger=restore",
+        "--set", "branch.restore_only=true", "--set", "branch.restore_below=0.6", "--set", "probe_states=4",
+        "--set", "anchor_states=4")
+    assert code == 0, err
+    assert "have a meter to keep off the crash line" in err
+    lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
+    groups = defaultdict(list)
+    for ln in lines:
+        groups[(ln["batch"], ln["group"])].append(ln)
+    pairs = list(groups.values())
+    assert len(pairs) == 8
+    named = [restoring_action(m, a["t"], 0.6) for (a, _), m in zip(pairs, state_meters([a for a, _ in pairs]), strict=True)]
+    for (a, b), action in zip(pairs, named, strict=True):
+        assert action is not None, "only states with a restoring action are trained"
+        assert a["belief"] == b["belief"] and a["action"] != b["action"]
+        assert b["action"] == action or a["action"] == action

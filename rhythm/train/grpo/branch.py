@@ -20,7 +20,8 @@ last step's action with its belief's.
 Settings under ``branch:`` (:class:`rhythm.train.grpo.config.BranchMode`): ``futures`` plays each branch
 under several futures (the person's own noise and others redrawn from the branch step on, the env's
 ``future`` option), the reward their mean; ``group: pair`` compares the policy's greedy action with its
-runner-up (:mod:`rhythm.train.grpo.pairs`), ``agree_z`` only where the futures agree.
+runner-up (:mod:`rhythm.train.grpo.pairs`), ``agree_z`` only where the futures agree; ``challenger: restore``
+compares it instead with the action that keeps a low meter off the crash line, ``restore_only`` trains only there.
 Runs inside TRL's ``rollout_func`` (:mod:`rhythm.train.grpo`).
 """
 
@@ -35,13 +36,13 @@ import numpy as np
 import orjson
 
 from rhythm.agents.base import Decision
-from rhythm.agents.episodes import play_batch
+from rhythm.agents.episodes import play_batch, replay
 from rhythm.agents.model import decision_of
-from rhythm.env.constants import EPISODE_STEPS
+from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
 from rhythm.train.grpo.config import BranchMode
-from rhythm.train.grpo.pairs import agreed_rewards, pair_replies
+from rhythm.train.grpo.pairs import agreed_rewards, pair_replies, restoring_action
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
 
 
@@ -147,10 +148,34 @@ def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_t
     return scores
 
 
+def state_meters(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+    """The meters the student sees at each row's state: its week replayed through the actions played before it
+    (``prefix``), rows of one condition, split and step in one lockstep batch."""
+    groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[(str(r["condition"]), str(r["split"]), len(r["prefix"]))].append(i)
+    out: list[np.ndarray] = [np.empty(0)] * len(rows)
+    for (condition, split, t), idx in groups.items():
+        actions = np.array([[ACTION_INDEX[a] for a in rows[i]["prefix"]] for i in idx], dtype=np.int64).reshape(len(idx), t)
+        done = replay(condition, split, [int(rows[i]["seed"]) for i in idx], actions)
+        for i, m in zip(idx, done.final_meters, strict=True):
+            out[i] = m
+    return out
+
+
+def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[str | None]:
+    """Each row's restoring action (:func:`rhythm.train.grpo.pairs.restoring_action` at its meters), or None."""
+    return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
+
+
 def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
                         settings: BranchMode = BranchMode()) -> Callable[[list[Any], Any], dict[str, Any]]:
     """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
+    restore: dict[bytes, str | None] = {}
+    if settings.challenger == "restore":
+        restore = dict(zip((prompt_key(r["prompt"]) for r in rows), restore_challengers(rows, settings.restore_below),
+                           strict=True))
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch
@@ -167,7 +192,8 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
             if settings.group == "pair":  # TRL repeats each prompt num_generations (2) times in a row
-                completion_ids = pair_replies(model, tokenizer, prompt_ids[::2], pad_id, stop_ids, int(g.max_new_tokens))
+                completion_ids = pair_replies(model, tokenizer, prompt_ids[::2], pad_id, stop_ids, int(g.max_new_tokens),
+                                              [restore.get(prompt_key(p)) for p in prompts[::2]])
             else:
                 ids, mask = left_pad(prompt_ids, pad_id)
                 torch.manual_seed(trainer.args.seed * 100_003 + trainer.state.global_step + 1)

@@ -58,6 +58,16 @@ class BranchMode:
     """group pair: a pair moves the policy only where its futures agree, i.e. where the runner-up's gain over
     the greedy action (per future, the same noise for both) is at least agree_z standard errors from 0; the
     other pairs get equal rewards, so no gradient. 0 = every pair moves it."""
+    challenger: str = "runner_up"
+    """group pair: what the greedy action is compared with. runner_up: the policy's second most likely action;
+    restore: where a meter (not progress) is below restore_below and one action can keep it off the crash line,
+    that action (the one that raises it most by the env's neutral effects; at night only SLEEP:
+    :func:`rhythm.train.grpo.pairs.restoring_action`), else the runner-up."""
+    restore_below: float = 0.25
+    """challenger restore: a meter below this counts as running low."""
+    restore_only: bool = False
+    """challenger restore: train only on the states where a restoring action is named (the KL anchor and the
+    probe still draw from every state)."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +270,14 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
         raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
     if branch.agree_z < 0:
         raise RhythmError(f"branch.agree_z must be >= 0, got {branch.agree_z}")
+    if branch.challenger not in ("runner_up", "restore"):
+        raise RhythmError(f"branch.challenger must be runner_up or restore, got {branch.challenger!r}")
+    if branch.challenger == "restore" and branch.group != "pair":
+        raise RhythmError("branch.challenger=restore picks the second reply of a pair: it needs branch.group=pair")
+    if branch.restore_only and branch.challenger != "restore":
+        raise RhythmError("branch.restore_only keeps the states a restoring action is named at: it needs branch.challenger=restore")
+    if not 0 < branch.restore_below <= 1:
+        raise RhythmError(f"branch.restore_below must be in (0, 1], got {branch.restore_below}")
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")

@@ -11,6 +11,12 @@ one action at a peaked student and compare it with actions it never plays (docs/
 runner-up's gain at least ``z`` standard errors from 0); elsewhere the two get their mean, no gradient.
 One future's difference is mostly luck, and a pair's update is not symmetric in effect: an update in
 the runner-up's favour flips the greedy action at that state and at states like it.
+
+``challenger: restore`` replaces the runner-up where a meter runs low: a student that never plays an action
+(the few-teacher-weeks student never meditates, and lets serenity crash; docs/grpo.md, seventh round) never
+has it as its runner-up either, so the pair never asks whether it pays. :func:`restoring_action` names the
+action that raises the lowest meter most by the env's published neutral effects, read off the state the
+student sees; the futures, not the rule, decide whether it wins.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.env.constants import ACTIONS
+from rhythm.env.constants import ACTION_INDEX, ACTIONS, CRASH_THRESHOLD, N_SLOTS, NIGHT, SLEEP, P
+from rhythm.env.dynamics import BASE_EFFECT, SLEEP_MULT
 from rhythm.train.grpo.probe import greedy_replies, reply_logprobs
 
 
@@ -55,17 +62,41 @@ def action_logprobs(model: Any, prompt_ids: Sequence[int], candidates: Sequence[
     return np.asarray(out)
 
 
+def restoring_action(meters: Sequence[float], t: int, below: float) -> str | None:
+    """The action that can keep the lowest low meter off the crash line, or None.
+
+    A meter (not progress, which only work raises) is low below ``below``. The action is the one that raises
+    it most by the env's neutral table (``BASE_EFFECT``, SLEEP scaled by the slot's ``SLEEP_MULT``: public,
+    the same for every person), and it is named only where it can do what it is for: that gain takes the
+    meter to ``CRASH_THRESHOLD`` or above (a meter already deep below the line crashes whatever is played),
+    and at night only SLEEP (any other action misses the night's sleep, which costs vitality and cognition).
+    """
+    m = np.asarray(meters, dtype=float)
+    for low in sorted((i for i in range(len(m)) if i != P and m[i] < below), key=lambda i: m[i]):
+        gain = BASE_EFFECT[:, low].copy()
+        gain[SLEEP] *= SLEEP_MULT[t % N_SLOTS]
+        best = int(np.argmax(gain))
+        if m[low] + gain[best] >= CRASH_THRESHOLD and (t % N_SLOTS != NIGHT or best == SLEEP):
+            return ACTIONS[best]
+    return None
+
+
 def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],
-                 max_new_tokens: int) -> list[list[int]]:
+                 max_new_tokens: int, challengers: Sequence[str | None] | None = None) -> list[list[int]]:
     """Two replies per prompt, in order (prompt 0's pair, prompt 1's, ...): the greedy belief line with the
-    policy's most likely action, then with its runner-up."""
+    policy's most likely action, then with ``challengers[n]`` where one is named and differs from it, else
+    with the policy's runner-up."""
     greedy = greedy_replies(model, prompt_ids, pad_id, stop_ids, max_new_tokens)
     texts = tokenizer.batch_decode([[t for t in g if t not in stop_ids] for g in greedy], skip_special_tokens=True)
     out = []
-    for ids, text in zip(prompt_ids, texts, strict=True):
+    for n, (ids, text) in enumerate(zip(prompt_ids, texts, strict=True)):
         candidates = action_candidates(tokenizer, text, stop_ids[0])
         order = np.argsort(-action_logprobs(model, ids, candidates, pad_id), kind="stable")
-        out += [candidates[order[0]], candidates[order[1]]]
+        second = int(order[1])
+        named = challengers[n] if challengers is not None else None
+        if named is not None and ACTION_INDEX[named] != int(order[0]):
+            second = ACTION_INDEX[named]
+        out += [candidates[order[0]], candidates[second]]
     return out
 
 

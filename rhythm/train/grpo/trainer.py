@@ -64,7 +64,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
-from rhythm.train.grpo.branch import make_branch_rollout
+from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
 from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
@@ -208,6 +208,14 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
         if not rows:
             raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
+    train_rows = rows
+    if cfg.mode == "branch" and cfg.branch.restore_only:  # the anchor and the probe still draw from every state
+        named = restore_challengers(rows, cfg.branch.restore_below)
+        train_rows = [r for r, c in zip(rows, named, strict=True) if c is not None]
+        say(f"branch.restore_only: {len(train_rows)} of {len(rows)} prompts have a meter to keep off the crash line")
+        if not train_rows:
+            raise RhythmError(f"branch.restore_only: no prompt has a meter below restore_below={cfg.branch.restore_below} "
+                              "that one action can keep off the crash line")
     model, tokenizer, source = load_policy(cfg, resolved)
     resolved["model_path"] = source["base"]
     _trim_logs(out, resume)
@@ -230,7 +238,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         model=model,
         reward_funcs=rewards.wrapped(),
         args=args,
-        train_dataset=Dataset.from_list(rows),
+        train_dataset=Dataset.from_list(train_rows),
         processing_class=tokenizer,
         peft_config=peft_config(cfg) if (cfg.use_peft and not cfg.adapter) else None,
         callbacks=[make_probe_callback(probe, rewards.pop_metrics), make_log_callback(out / LOG_NAME, stage="grpo"),
