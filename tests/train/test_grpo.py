@@ -132,7 +132,7 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
             flavor="a10g-large", timeout=cfg.jobs.timeout, packages=("vllm",)).files["rhythm_job/run.py"].decode().splitlines())
 
 
-@pytest.mark.parametrize("name", ["grpo.yaml", "grpo-tiny.yaml", "grpo-tiny-branch.yaml", "grpo-tiny-pairs.yaml",
+@pytest.mark.parametrize("name", ["grpo.yaml", "grpo-tiny.yaml", "grpo-tiny-branch.yaml", "grpo-tiny-pairs.yaml", "grpo-tiny-restore.yaml",
                                   "grpo-tiny-episode.yaml", "grpo-small.yaml"])
 def test_shipped_configs_make_valid_trl_configs(name, tmp_path, teacher):
     """Every shipped config passes validation and TRL's own GRPOConfig checks (batch divisibility...)."""
