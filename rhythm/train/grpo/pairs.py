@@ -14,9 +14,10 @@ the runner-up's favour flips the greedy action at that state and at states like 
 
 ``challenger: restore`` replaces the runner-up where a meter runs low: a student that never plays an action
 (the few-teacher-weeks student never meditates, and lets serenity crash; docs/grpo.md, seventh round) never
-has it as its runner-up either, so the pair never asks whether it pays. :func:`restoring_action` names the
-action that raises the lowest meter most by the env's published neutral effects, read off the state the
-student sees; the futures, not the rule, decide whether it wins.
+has it as its runner-up either, so the pair never asks whether it pays. :func:`restoring_action` names, for
+the lowest low meter that one action can keep off the crash line, the action that raises it most by the env's
+published neutral effects (at night only SLEEP), read off the state the student sees; the futures, not the
+rule, decide whether it wins.
 """
 
 from __future__ import annotations
