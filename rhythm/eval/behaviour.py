@@ -20,6 +20,13 @@ from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, conditi
 from rhythm.records import read_episodes
 
 
+def meter_crashes(record: dict[str, Any]) -> np.ndarray:
+    """One week's crashes on each meter (V, C, P, S, N): the steps after which that meter was below
+    ``CRASH_THRESHOLD``, as the env counts a crash."""
+    below = np.array([[m < CRASH_THRESHOLD for m in s["meters"]] for s in record["steps"]], dtype=bool)
+    return below.reshape(-1, len(METER_ABBREV)).sum(axis=0)
+
+
 def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per condition: ``{"episodes", "crashes", "crashes_by_meter": {V: ...}, "behaviour", "belief_mae", "actions":
     {name: share}}`` (means over episodes; a step's crash on a meter is that meter below ``CRASH_THRESHOLD`` after it,
@@ -32,12 +39,12 @@ def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
         eps = by_cond[cond]
         counts = Counter(s["action"] for e in eps for s in e["steps"])
         total = sum(counts.values()) or 1
-        below = np.array([[m < CRASH_THRESHOLD for m in s["meters"]] for e in eps for s in e["steps"]]).reshape(-1, len(METER_ABBREV))
+        by_meter = np.sum([meter_crashes(e) for e in eps], axis=0) / len(eps)
         maes = [e["score"]["belief_mae"] for e in eps if e["score"].get("belief_mae") is not None]
         out[cond] = {
             "episodes": len(eps),
             "crashes": float(np.mean([e["score"]["crashes"] for e in eps])),
-            "crashes_by_meter": dict(zip(METER_ABBREV, (below.sum(axis=0) / len(eps)).tolist(), strict=True)),
+            "crashes_by_meter": dict(zip(METER_ABBREV, by_meter.tolist(), strict=True)),
             "behaviour": float(np.mean([e["score"]["behaviour_score"] for e in eps])),
             "belief_mae": float(np.mean(maes)) if maes else None,
             "actions": {a: counts.get(a, 0) / total for a in ACTIONS},

@@ -4,9 +4,10 @@ Run: ``rhythm analyze paired FIRST.episodes.jsonl SECOND.episodes.jsonl`` (``rhy
 files; several files per side may be joined with commas). Prints, per condition, the mean of (second -
 first) over the people both played, its seeded 95% bootstrap CI (:func:`rhythm.eval.stats.mean_ci`) and
 how often the second beats the first. ``--metric crashes`` pairs the crashes a week instead (``crashes:S``:
-the steps that ended with serenity below the crash line; any of V, C, P, S, N), where fewer is a win. Pairing removes the person-to-person spread that makes two
-students' own CIs overlap: this is how docs/student.md compares one training choice with another on the
-same train-split seeds, and how the quickstart reports GRPO against SFT.
+the steps that ended with serenity below the crash line; any of V, C, P, S, N), where fewer is a win.
+Pairing removes the person-to-person spread that makes two students' own CIs overlap: this is how
+docs/student.md compares one training choice with another on the same train-split seeds, and how the
+quickstart reports GRPO against SFT.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rhythm.env.constants import CRASH_THRESHOLD, METER_ABBREV, condition_order
+from rhythm.env.constants import METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
+from rhythm.eval.behaviour import meter_crashes
 from rhythm.eval.stats import mean_ci, paired_win_rate
 from rhythm.records import read_episodes
 
@@ -33,14 +35,13 @@ def lower_is_better(metric: str) -> bool:
 
 
 def episode_value(record: dict[str, Any], metric: str = "final_score") -> float:
-    """One week's ``metric`` (:data:`METRICS`); ``crashes:M`` counts the steps after which meter M was below
-    ``CRASH_THRESHOLD``, as the env counts a crash."""
+    """One week's ``metric`` (:data:`METRICS`); ``crashes:M`` is meter M's count in
+    :func:`rhythm.eval.behaviour.meter_crashes`."""
     if metric == "final_score":
         return float(record["score"]["final_score"])
     if metric == "crashes":
         return float(record["score"]["crashes"])
-    m = METER_ABBREV.index(metric.split(":")[1])
-    return float(sum(s["meters"][m] < CRASH_THRESHOLD for s in record["steps"]))
+    return float(meter_crashes(record)[METER_ABBREV.index(metric.split(":")[1])])
 
 
 def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score") -> dict[Key, float]:
