@@ -6,6 +6,8 @@
 # 2. `rhythm sft --config configs/sft-tiny-expert.yaml` learns, per person, the best scored of those weeks
 #    beside TEACHER_DATA (the weeks STUDENT was distilled from), continuing STUDENT -> OUT/sft.
 # Extra arguments go to rhythm sft. docs/grpo.md ("Expert iteration") has the figures.
+# CONFIG=configs/sft-tiny-filter.yaml learns the same plays as DAgger for the belief instead (every week, its
+# beliefs replaced by the bayes filter's; docs/grpo.md, ninth round).
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 STUDENT TEACHER_DATA OUT [SEEDS] [K] [--set key=value ...]" >&2; exit 2; }
 STUDENT=$1 TEACHER=$2 OUT=$3; shift 3
@@ -23,4 +25,4 @@ for k in $(seq 1 "$K"); do
   play "s$k" --set model.do_sample=true --set model.temperature=1.0 --set model.seed="$k"
   data="$data,$OUT/own/s$k/eval_results_v2.episodes.jsonl"
 done
-$RHYTHM sft --config configs/sft-tiny-expert.yaml --model "$STUDENT" --data "$data" -o "$OUT/sft" "$@"
+$RHYTHM sft --config "${CONFIG:-configs/sft-tiny-expert.yaml}" --model "$STUDENT" --data "$data" -o "$OUT/sft" "$@"

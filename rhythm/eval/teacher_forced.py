@@ -33,11 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import replay
-from rhythm.agents.posterior import ParticlePosterior
-from rhythm.agents.teachers import spec_keys
-from rhythm.env.constants import ACTION_INDEX, ACTIONS, METER_ABBREV, N_METERS
+from rhythm.agents.filtering import filter_beliefs
+from rhythm.env.constants import ACTIONS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
 from rhythm.grader import prior_mae, true_belief
@@ -165,25 +162,6 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
         student.append(np.abs(said - truth).mean(axis=1))
         teacher.append(np.abs(np.array([s["belief"] for s in record["steps"]]) - truth).mean(axis=1))
     return np.stack(student), np.stack(teacher)
-
-
-def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
-    """The bayes teacher's posterior-mean belief at every step of each week, from that week's own
-    observations and actions (the recorded agent's beliefs play no part): ``(episodes, steps, 3)``."""
-    out = np.zeros((len(records), len(records[0]["steps"]) if records else 0, 3))
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, r in enumerate(records):
-        groups.setdefault((r["condition"], r["split"]), []).append(i)
-    for (condition, split), rows in groups.items():
-        seeds = [int(records[i]["seed"]) for i in rows]
-        actions = np.array([[ACTION_INDEX[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
-        played = replay(condition, split, seeds, actions)
-        before = np.concatenate([played.start_meters[:, None], played.meters[:, :-1]], axis=1)
-        posterior = ParticlePosterior(spec_keys([EpisodeSpec(condition, split, s) for s in seeds]))
-        for t in range(actions.shape[1]):
-            out[rows, t] = posterior.belief()[0]
-            posterior.update(t, before[:, t], actions[:, t], played.meters[:, t])
-    return out
 
 
 def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dict[str, Any]]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rhythm.env.constants import ACTIONS
 from rhythm.env.render import ECHOED_ACTION
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
@@ -26,6 +28,8 @@ PARSE_FAILURE = "a reply has no valid ACTION (parse_ok false)"
 EMPTY_REPLY = "an empty reply"
 TOO_LONG = "longer than max_length tokens (truncation would drop the last turns' loss)"
 NOT_BEST = "not its person's best week (best_week_per_person)"
+
+_BELIEF_NUMBERS = re.compile(r"BELIEF: S=(\d+\.\d+) M=(\d+\.\d+) W=(\d+\.\d+)")  # format_belief's line
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class DataOptions:
     drop_parse_failures: bool = True
     first_turns: int | None = None
     best_week_per_person: bool = False
+    filter_beliefs: bool = False
 
 
 @dataclass
@@ -178,10 +183,38 @@ def build_examples(
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):
         out["validation" if episode in val_keys else "train"].extend(by_episode[episode])
+    if options.filter_beliefs:
+        _filter_own_beliefs([row for split in out.values() for row in split])
     report.count(out)
     if not out["train"]:
         raise RhythmError(f"no training examples left in {', '.join(report.files)} ({report.summary_line()})")
     return out, report
+
+
+def _filter_own_beliefs(rows: list[dict[str, Any]]) -> None:
+    """In each week a model played (``agent: model:...``), every reply's BELIEF becomes the bayes filter's posterior
+    for that week's own actions and observations (:func:`rhythm.agents.filtering.filter_beliefs`, rounded as the
+    protocol states it), and the week is marked ``beliefs_only``: DAgger for the belief, at the student's own
+    states, with the benchmark's filter as the labeller (docs/grpo.md, ninth round)."""
+    from rhythm.agents.filtering import filter_beliefs
+
+    own = [row for row in rows if row["agent"].startswith("model:")]
+    if not own:
+        raise RhythmError("filter_beliefs: no week in the data was played by a model (agent model:...); "
+                          "rhythm eval --agent model:DIR writes such weeks")
+    replies = [[i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"] for row in own]
+    actions = [[ACTIONS[parse_reply(row["messages"][i]["content"]).action] for i in at] for row, at in zip(own, replies, strict=True)]
+    by_length: dict[int, list[int]] = {}
+    for k, acts in enumerate(actions):
+        by_length.setdefault(len(acts), []).append(k)
+    for ks in by_length.values():  # the filter takes weeks of one length at a time
+        beliefs = filter_beliefs([{"condition": own[k]["condition"], "split": own[k]["split"], "seed": own[k]["seed"],
+                                   "steps": [{"action": a} for a in actions[k]]} for k in ks])
+        for k, week in zip(ks, beliefs, strict=True):
+            messages = [dict(m) for m in own[k]["messages"]]
+            for i, action, belief in zip(replies[k], actions[k], week, strict=True):
+                messages[i]["content"] = format_ending([round(float(x), 2) for x in belief], action)
+            own[k]["messages"], own[k]["beliefs_only"] = messages, True
 
 
 def tokenize_examples(
@@ -217,8 +250,11 @@ def tokenize_examples(
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
                 weights = week_weights(mask, observation_loss, echo_mask, echo_loss)
+                if example.get("beliefs_only"):
+                    weights = _belief_number_weights(example, ids, mask, tokenizer, template)
                 labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
-                kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights})
+                rest = {k: v for k, v in example.items() if k != "beliefs_only"}  # the mark stays out of the dataset
+                kept.append({**rest, "input_ids": ids, "labels": labels, "loss_weights": weights})
         out[name] = kept
     if dropped:
         report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped
@@ -235,6 +271,28 @@ def week_weights(assistant_mask: Sequence[int], observation_loss: float,
     observations echo (``echo_mask``; None: as the rest), ``observation_loss`` on everything else."""
     echo_mask = echo_mask if echo_loss is not None and echo_mask is not None else [0] * len(assistant_mask)
     return [1.0 if m else float(echo_loss if e else observation_loss) for m, e in zip(assistant_mask, echo_mask, strict=True)]
+
+
+def _belief_number_weights(example: dict[str, Any], ids: list[int], assistant_mask: Sequence[int], tokenizer,
+                           template: str | None) -> list[float]:
+    """1 on the tokens of the replies' belief numbers (``S=0.48 M=0.64 W=0.39``), 0 elsewhere: a week relabelled
+    by :func:`_filter_own_beliefs` learns its filtered beliefs and nothing else (its actions stay as played)."""
+    import numpy as np
+
+    if not getattr(tokenizer, "is_fast", False):
+        raise RhythmError("filter_beliefs needs a fast tokenizer (character offsets)")
+    text = tokenizer.apply_chat_template(example["messages"], chat_template=template, tokenize=False)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(enc["input_ids"]) != list(ids):
+        raise RhythmError(f"episode {example['episode']}: the rendered week does not tokenize back to the chat "
+                          "template's tokens, so filter_beliefs cannot place the belief numbers")
+    starts, ends = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2).T
+    mask = np.zeros(len(starts), dtype=bool)
+    for m in _BELIEF_NUMBERS.finditer(text):
+        for g in (1, 2, 3):
+            s, e = m.span(g)
+            mask |= (starts < e) & (s < ends)
+    return [1.0 if hit and a else 0.0 for hit, a in zip(mask.tolist(), assistant_mask, strict=True)]
 
 
 def echo_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:

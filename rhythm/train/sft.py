@@ -61,6 +61,10 @@ class SFTRunConfig(TrainRunConfig):
     best_week_per_person: bool = False
     """Keep one week per person, the one with the highest score.final_score: expert iteration on the student's own
     weeks, sampled several times per person by ``rhythm eval`` (benchmarks/expert_iteration.sh, docs/grpo.md)."""
+    filter_beliefs: bool = False
+    """In weeks a model played (``agent: model:...``), every BELIEF becomes the bayes filter's posterior for the
+    week's own actions and observations, and only those numbers are learned: DAgger for the belief at the student's
+    own states, no teacher call (``configs/sft-tiny-filter.yaml``; docs/grpo.md, ninth round). Needs strip_reasoning."""
     strip_reasoning: bool = False
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
@@ -121,6 +125,8 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
     if cfg.echo_loss is not None and not 0.0 <= cfg.echo_loss <= 1.0:
         raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
+    if cfg.filter_beliefs and not cfg.strip_reasoning:
+        raise RhythmError("filter_beliefs rewrites whole replies as their protocol lines; set strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
     check_shared(cfg)

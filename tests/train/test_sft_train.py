@@ -304,3 +304,49 @@ def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tm
         validate(SFTRunConfig(**{**TINY, "observation_loss": 1.5}, data=str(tmp_path)))
     with pytest.raises(RhythmError, match=r"echo_loss must be in \[0, 1\] or null, got 1.5"):
         validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "echo_loss": 1.5}, data=str(tmp_path)))
+
+
+def test_filter_beliefs_trains_the_filters_numbers_in_the_students_weeks_and_the_teachers_weeks_as_usual(tmp_path):
+    """``filter_beliefs``: through the trainer's own dataloader, a week a model played carries the bayes filter's
+    beliefs for its own actions and observations and is learned on those numbers alone (3 tokens a reply); a
+    teacher week keeps its replies and their whole loss; the run trains."""
+    import numpy as np
+
+    from rhythm.agents.filtering import filter_beliefs
+    from rhythm.protocol import format_ending
+
+    from .helpers import own_and_teacher_weeks
+
+    path, records = own_and_teacher_weeks(tmp_path)  # seeds 0 and 1 played by "a model", seed 2 the teacher's
+    for record in records[:2]:  # the "model" states the prior all week: what it says must not reach the labels
+        record["steps"] = [{**s, "belief": [0.5] * 3, "response": format_ending([0.5] * 3, s["action"])} for s in record["steps"]]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    cfg = SFTRunConfig(**{**TINY, "val_fraction": 0.0, "max_steps": 2, "per_device_train_batch_size": 3,
+                          "filter_beliefs": True},
+                       data=str(path), output_dir=str(tmp_path / "out"))
+    run = build_trainer(cfg, quiet=True)
+    assert "beliefs_only" not in run.trainer.train_dataset.column_names
+    tokenizer = run.trainer.processing_class
+    posterior = filter_beliefs(records)
+    for example in run.trainer.train_dataset:
+        learned = [tokenizer.decode(t) for t, w in zip(example["input_ids"], example["loss_weights"], strict=True) if w > 0]
+        if example["seed"] == 2:
+            assert len(learned) > 3 * 28 and "ACTION:" in "".join(learned)  # the teacher's replies, whole
+            continue
+        week = posterior[example["seed"]]
+        assert learned == [f"{x:.2f}" for x in np.round(week, 2).reshape(-1)]
+        assert learned.count("0.50") < len(learned) / 2
+    summary = run_sft(cfg, quiet=True)
+    assert summary["global_step"] == 2
+
+
+def test_filter_beliefs_refuses_data_without_a_models_weeks_and_replies_with_reasoning(tmp_path):
+    from rhythm.train.sft import validate
+
+    data = tmp_path / "teacher.jsonl"
+    write_episodes(data, range(2))
+    with pytest.raises(RhythmError, match="filter_beliefs rewrites whole replies"):
+        validate(SFTRunConfig(**{**TINY, "filter_beliefs": True, "strip_reasoning": False}, data=str(data)))
+    with pytest.raises(RhythmError, match=r"filter_beliefs: no week in the data was played by a model"):
+        build_trainer(SFTRunConfig(**{**TINY, "filter_beliefs": True}, data=str(data),
+                                   output_dir=str(tmp_path / "out")), quiet=True)

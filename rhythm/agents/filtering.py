@@ -1,0 +1,37 @@
+"""The bayes filter run on any recorded week: the posterior-mean belief at each step, from that week's own actions
+and observations. The benchmark's own inference, free to run (no teacher call): ``rhythm analyze teacher-forced
+--filter`` compares a student's beliefs with it, and ``rhythm sft``'s ``filter_beliefs`` learns it at the states
+the student itself reached (docs/grpo.md, ninth round)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import replay
+from rhythm.agents.posterior import ParticlePosterior
+from rhythm.agents.teachers import spec_keys
+from rhythm.env.constants import ACTION_INDEX
+
+
+def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
+    """The bayes teacher's posterior-mean belief at every step of each week, from that week's own
+    observations and actions (the recorded agent's beliefs play no part): ``(episodes, steps, 3)``.
+    Each record needs ``condition``, ``split``, ``seed`` and ``steps`` with an ``action`` name; the weeks have
+    one length. The belief at step t is stated before step t's action, as the protocol's is."""
+    out = np.zeros((len(records), len(records[0]["steps"]) if records else 0, 3))
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault((r["condition"], r["split"]), []).append(i)
+    for (condition, split), rows in groups.items():
+        seeds = [int(records[i]["seed"]) for i in rows]
+        actions = np.array([[ACTION_INDEX[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
+        played = replay(condition, split, seeds, actions)
+        before = np.concatenate([played.start_meters[:, None], played.meters[:, :-1]], axis=1)
+        posterior = ParticlePosterior(spec_keys([EpisodeSpec(condition, split, s) for s in seeds]))
+        for t in range(actions.shape[1]):
+            out[rows, t] = posterior.belief()[0]
+            posterior.update(t, before[:, t], actions[:, t], played.meters[:, t])
+    return out
