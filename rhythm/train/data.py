@@ -64,6 +64,8 @@ class DataReport:
     """reason -> steps left out (the steps of dropped episodes)"""
     max_tokens: int = 0
     """Tokens of the longest rendered week (set once a tokenizer has seen the data)."""
+    beliefs_filtered: int = 0
+    """Weeks a model played whose beliefs became the bayes filter's (``filter_beliefs``)."""
 
     def drop_episode(self, reason: str, steps: int) -> None:
         self.dropped_episodes[reason] = self.dropped_episodes.get(reason, 0) + 1
@@ -81,9 +83,10 @@ class DataReport:
     def summary_line(self) -> str:
         dropped = sum(self.dropped_episodes.values())
         why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
+        filtered = f"; beliefs of {self.beliefs_filtered} model-played weeks filtered" if self.beliefs_filtered else ""
         return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
                 f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
-                f"dropped {dropped} episodes ({why})")
+                f"dropped {dropped} episodes ({why}){filtered}")
 
 
 def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> tuple[list[str], str | None]:
@@ -184,18 +187,18 @@ def build_examples(
     for episode in sorted(by_episode):
         out["validation" if episode in val_keys else "train"].extend(by_episode[episode])
     if options.filter_beliefs:
-        _filter_own_beliefs([row for split in out.values() for row in split])
+        report.beliefs_filtered = _filter_own_beliefs([row for split in out.values() for row in split])
     report.count(out)
     if not out["train"]:
         raise RhythmError(f"no training examples left in {', '.join(report.files)} ({report.summary_line()})")
     return out, report
 
 
-def _filter_own_beliefs(rows: list[dict[str, Any]]) -> None:
+def _filter_own_beliefs(rows: list[dict[str, Any]]) -> int:
     """In each week a model played (``agent: model:...``), every reply's BELIEF becomes the bayes filter's posterior
     for that week's own actions and observations (:func:`rhythm.agents.filtering.filter_beliefs`, rounded as the
     protocol states it), and the week is marked ``beliefs_only``: DAgger for the belief, at the student's own
-    states, with the benchmark's filter as the labeller (docs/grpo.md, ninth round)."""
+    states, with the benchmark's filter as the labeller (docs/grpo.md, ninth round). Returns how many weeks."""
     from rhythm.agents.filtering import filter_beliefs
 
     own = [row for row in rows if row["agent"].startswith("model:")]
@@ -215,6 +218,7 @@ def _filter_own_beliefs(rows: list[dict[str, Any]]) -> None:
             for i, action, belief in zip(replies[k], actions[k], week, strict=True):
                 messages[i]["content"] = format_ending([round(float(x), 2) for x in belief], action)
             own[k]["messages"], own[k]["beliefs_only"] = messages, True
+    return len(own)
 
 
 def tokenize_examples(

@@ -326,6 +326,7 @@ def test_filter_beliefs_trains_the_filters_numbers_in_the_students_weeks_and_the
                        data=str(path), output_dir=str(tmp_path / "out"))
     run = build_trainer(cfg, quiet=True)
     assert "beliefs_only" not in run.trainer.train_dataset.column_names
+    assert run.report.beliefs_filtered == 2 and "beliefs of 2 model-played weeks filtered" in run.report.summary_line()
     tokenizer = run.trainer.processing_class
     posterior = filter_beliefs(records)
     for example in run.trainer.train_dataset:
