@@ -17,8 +17,7 @@ A probe (docs/grpo.md, ninth round, row DB1): at 0.5 the student's belief got wo
         --set data=runs/quickstart-few/data/teacher.jsonl,runs/own/eval_results_v2.episodes.jsonl \\
         --set output_dir=runs/sft-filter-half
 
-It relies on the tiny student's tokenizer (each number one token after ``BELIEF: S=``, `` M=``, `` W=``) and checks
-that layout.
+It relies on the tiny student's tokenizer (each belief number one token) and checks it.
 """
 
 from __future__ import annotations
@@ -30,12 +29,9 @@ from typing import Any
 import numpy as np
 
 import rhythm.train.sft as sft
-from rhythm.agents.filtering import filter_beliefs
-from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
-from rhythm.protocol import format_ending, parse_reply
 from rhythm.train.common import entry_main
-from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
+from rhythm.train.data import DataOptions, DataReport, build_examples, filtered_replies, tokenize_examples
 
 
 def _own(row: dict[str, Any]) -> bool:
@@ -44,26 +40,24 @@ def _own(row: dict[str, Any]) -> bool:
 
 def filter_examples(share: float, seed: int):
     """A ``build_examples`` for :mod:`rhythm.train.sft`: each own in-dist week's steps relabelled with
-    probability ``share`` by the filter (row ``relabelled``: the reply indices whose numbers are learned)."""
+    probability ``share`` by the filter (:func:`rhythm.train.data.filtered_replies`; row ``relabelled``: the
+    reply indices whose numbers are learned)."""
 
     def build(paths: list[str], options: DataOptions) -> tuple[dict[str, list[dict[str, Any]]], DataReport]:
         rows, report = build_examples(paths, options)
         own = [row for split in rows.values() for row in split if _own(row)]
         if not own:
             raise RhythmError("filter_belief_probe: no in-dist weeks played by a model in the data")
-        replies = [[i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"] for row in own]
-        records = [{"condition": row["condition"], "split": row["split"], "seed": row["seed"],
-                    "steps": [{"action": ACTIONS[parse_reply(row["messages"][i]["content"]).action]} for i in at]}
-                   for row, at in zip(own, replies, strict=True)]
-        beliefs = filter_beliefs(records)
         rng = np.random.default_rng(seed)
-        for row, at, record, week in zip(own, replies, records, beliefs, strict=True):
+        for row, replies in zip(own, filtered_replies(own), strict=True):
             messages = [dict(m) for m in row["messages"]]
-            chosen = [k for k in range(len(at)) if rng.random() < share]
+            chosen = [k for k in range(len(replies)) if rng.random() < share]
             for k in chosen:
-                stated = [round(float(x), 2) for x in week[k]]
-                messages[at[k]]["content"] = format_ending(stated, record["steps"][k]["action"])
-            row["messages"], row["relabelled"] = messages, chosen
+                i, content = replies[k]
+                messages[i]["content"] = content
+            # beliefs_only: tokenize_examples puts the loss on every reply's belief numbers alone; filter_weights
+            # then keeps the relabelled replies' numbers
+            row["messages"], row["beliefs_only"], row["relabelled"] = messages, True, chosen
         return rows, report
 
     return build
@@ -73,23 +67,17 @@ def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length:
                    **kwargs: Any) -> dict[str, list[dict[str, Any]]]:
     """:func:`rhythm.train.data.tokenize_examples`; then a relabelled week learns its relabelled numbers only."""
     out = tokenize_examples(rows, tokenizer, max_length, report, **kwargs)
-    marker = tokenizer.convert_tokens_to_ids("BELIEF: S=")
     for examples in out.values():
         for example in examples:
             relabelled = example.pop("relabelled", None)
             if relabelled is None:
                 continue
-            ids, weights = example["input_ids"], example["loss_weights"]
-            starts = [i for i, (t, w) in enumerate(zip(ids, weights, strict=True)) if t == marker and w > 0]
-            if not starts or tokenizer.decode(ids[starts[0]]) != "BELIEF: S=":
+            numbers = [i for i, w in enumerate(example["loss_weights"]) if w > 0]  # 3 a reply, in order
+            if len(numbers) != 3 * sum(m["role"] == "assistant" for m in example["messages"]):
                 raise RhythmError("filter_belief_probe needs the tiny student's tokenizer (one token per number)")
-            learned = [0.0] * len(ids)
-            for k in relabelled:
-                if k < len(starts):  # a week cut at max_length keeps the replies it has
-                    for i in (starts[k] + 1, starts[k] + 3, starts[k] + 5):
-                        learned[i] = 1.0
-            example["loss_weights"] = learned
-            example["labels"] = [t if w > 0 else -100 for t, w in zip(ids, learned, strict=True)]
+            learned = {i for k in relabelled for i in numbers[3 * k : 3 * k + 3]}
+            example["loss_weights"] = [1.0 if i in learned else 0.0 for i in range(len(example["input_ids"]))]
+            example["labels"] = [t if i in learned else -100 for i, t in enumerate(example["input_ids"])]
     return out
 
 

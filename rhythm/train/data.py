@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,30 +195,40 @@ def build_examples(
 
 
 def _filter_own_beliefs(rows: list[dict[str, Any]]) -> int:
-    """In each week a model played (``agent: model:...``), every reply's BELIEF becomes the bayes filter's posterior
-    for that week's own actions and observations (:func:`rhythm.agents.filtering.filter_beliefs`, rounded as the
-    protocol states it), and the week is marked ``beliefs_only``: DAgger for the belief, at the student's own
+    """In each week a model played (``agent: model:...``), every reply's BELIEF becomes the bayes filter's
+    (:func:`filtered_replies`), and the week is marked ``beliefs_only``: DAgger for the belief, at the student's own
     states, with the benchmark's filter as the labeller (docs/grpo.md, ninth round). Returns how many weeks."""
-    from rhythm.agents.filtering import filter_beliefs
-
     own = [row for row in rows if row["agent"].startswith("model:")]
     if not own:
         raise RhythmError("filter_beliefs: no week in the data was played by a model (agent model:...); "
                           "rhythm eval --agent model:DIR writes such weeks")
-    replies = [[i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"] for row in own]
-    actions = [[ACTIONS[parse_reply(row["messages"][i]["content"]).action] for i in at] for row, at in zip(own, replies, strict=True)]
+    for row, replies in zip(own, filtered_replies(own), strict=True):
+        messages = [dict(m) for m in row["messages"]]
+        for i, content in replies:
+            messages[i]["content"] = content
+        row["messages"], row["beliefs_only"] = messages, True
+    return len(own)
+
+
+def filtered_replies(rows: list[dict[str, Any]]) -> list[list[tuple[int, str]]]:
+    """For each week, each reply as ``(message index, reply)`` with its BELIEF the bayes filter's posterior for the
+    week's own actions and observations (:func:`rhythm.agents.filtering.filter_beliefs`, rounded as the protocol
+    states it) and its action as played."""
+    from rhythm.agents.filtering import filter_beliefs
+
+    replies = [[i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"] for row in rows]
+    actions = [[ACTIONS[parse_reply(row["messages"][i]["content"]).action] for i in at] for row, at in zip(rows, replies, strict=True)]
+    out: list[list[tuple[int, str]]] = [[] for _ in rows]
     by_length: dict[int, list[int]] = {}
     for k, acts in enumerate(actions):
         by_length.setdefault(len(acts), []).append(k)
     for ks in by_length.values():  # the filter takes weeks of one length at a time
-        beliefs = filter_beliefs([{"condition": own[k]["condition"], "split": own[k]["split"], "seed": own[k]["seed"],
+        beliefs = filter_beliefs([{"condition": rows[k]["condition"], "split": rows[k]["split"], "seed": rows[k]["seed"],
                                    "steps": [{"action": a} for a in actions[k]]} for k in ks])
         for k, week in zip(ks, beliefs, strict=True):
-            messages = [dict(m) for m in own[k]["messages"]]
-            for i, action, belief in zip(replies[k], actions[k], week, strict=True):
-                messages[i]["content"] = format_ending([round(float(x), 2) for x in belief], action)
-            own[k]["messages"], own[k]["beliefs_only"] = messages, True
-    return len(own)
+            out[k] = [(i, format_ending([round(float(x), 2) for x in belief], action))
+                      for i, action, belief in zip(replies[k], actions[k], week, strict=True)]
+    return out
 
 
 def tokenize_examples(
@@ -234,8 +244,6 @@ def tokenize_examples(
     # {% generation %} markers, else TRL's training template for that model family
     template = None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
     echo = echo_loss is not None and echo_loss != observation_loss
-    if echo and not getattr(tokenizer, "is_fast", False):
-        raise RhythmError("echo_loss needs a fast tokenizer (character offsets)")
     out: dict[str, list[dict[str, Any]]] = {}
     dropped = 0
     for name, examples in rows.items():
@@ -244,8 +252,10 @@ def tokenize_examples(
             batch = examples[i : i + chunk]
             enc = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=True,
                                                 return_dict=True, return_assistant_tokens_mask=True)
-            echoes = _echo_masks(batch, enc["input_ids"], tokenizer, template) if echo else [None] * len(batch)
-            for example, ids, mask, echo_mask in zip(batch, enc["input_ids"], enc["assistant_masks"], echoes, strict=True):
+            needs = [n for n, on in (("echo_loss", echo), ("filter_beliefs", any(e.get("beliefs_only") for e in batch))) if on]
+            rendered = (_rendered_offsets(batch, enc["input_ids"], tokenizer, template, " and ".join(needs)) if needs
+                        else [None] * len(batch))
+            for example, ids, mask, text in zip(batch, enc["input_ids"], enc["assistant_masks"], rendered, strict=True):
                 report.max_tokens = max(report.max_tokens, len(ids))
                 if max_length is not None and len(ids) > max_length:
                     dropped += 1
@@ -253,9 +263,10 @@ def tokenize_examples(
                 if not any(mask):
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
-                weights = week_weights(mask, observation_loss, echo_mask, echo_loss)
-                if example.get("beliefs_only"):
-                    weights = _belief_number_weights(example, ids, mask, tokenizer, template)
+                if example.get("beliefs_only"):  # a week filter_beliefs relabelled: its belief numbers alone
+                    weights = [float(hit and m) for hit, m in zip(belief_number_tokens(*text), mask, strict=True)]
+                else:
+                    weights = week_weights(mask, observation_loss, echo_tokens(*text) if echo else None, echo_loss)
                 labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
                 rest = {k: v for k, v in example.items() if k != "beliefs_only"}  # the mark stays out of the dataset
                 kept.append({**rest, "input_ids": ids, "labels": labels, "loss_weights": weights})
@@ -277,50 +288,39 @@ def week_weights(assistant_mask: Sequence[int], observation_loss: float,
     return [1.0 if m else float(echo_loss if e else observation_loss) for m, e in zip(assistant_mask, echo_mask, strict=True)]
 
 
-def _belief_number_weights(example: dict[str, Any], ids: list[int], assistant_mask: Sequence[int], tokenizer,
-                           template: str | None) -> list[float]:
-    """1 on the tokens of the replies' belief numbers (``S=0.48 M=0.64 W=0.39``), 0 elsewhere: a week relabelled
-    by :func:`_filter_own_beliefs` learns its filtered beliefs and nothing else (its actions stay as played)."""
+def _span_tokens(offsets: Sequence[tuple[int, int]], spans: Iterable[tuple[int, int]]) -> list[int]:
+    """1 for each token (given by its character ``offsets``) that overlaps one of the character ``spans``, else 0."""
     import numpy as np
 
-    if not getattr(tokenizer, "is_fast", False):
-        raise RhythmError("filter_beliefs needs a fast tokenizer (character offsets)")
-    text = tokenizer.apply_chat_template(example["messages"], chat_template=template, tokenize=False)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    if list(enc["input_ids"]) != list(ids):
-        raise RhythmError(f"episode {example['episode']}: the rendered week does not tokenize back to the chat "
-                          "template's tokens, so filter_beliefs cannot place the belief numbers")
-    starts, ends = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2).T
+    starts, ends = np.asarray(offsets, dtype=np.int64).reshape(-1, 2).T
     mask = np.zeros(len(starts), dtype=bool)
-    for m in _BELIEF_NUMBERS.finditer(text):
-        for g in (1, 2, 3):
-            s, e = m.span(g)
-            mask |= (starts < e) & (s < ends)
-    return [1.0 if hit and a else 0.0 for hit, a in zip(mask.tolist(), assistant_mask, strict=True)]
+    for s, e in spans:
+        mask |= (starts < e) & (s < ends)
+    return mask.astype(int).tolist()
 
 
 def echo_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
     """1 for each token (given by its character ``offsets`` in ``text``) that overlaps the action name an
     observation echoes (``After DEEP_WORK:``), else 0."""
-    import numpy as np
-
-    starts, ends = np.asarray(offsets, dtype=np.int64).reshape(-1, 2).T
-    mask = np.zeros(len(starts), dtype=bool)
-    for m in ECHOED_ACTION.finditer(text):
-        s, e = m.span(1)
-        mask |= (starts < e) & (s < ends)
-    return mask.astype(int).tolist()
+    return _span_tokens(offsets, (m.span(1) for m in ECHOED_ACTION.finditer(text)))
 
 
-def _echo_masks(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None) -> list[list[int]]:
-    """Which tokens of each rendered week name an action an observation echoes (:func:`echo_tokens`), found
-    on the rendered text through the tokenizer's character offsets (a fast tokenizer's)."""
+def belief_number_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
+    """1 for each token that overlaps a number of a ``BELIEF: S=0.48 M=0.64 W=0.39`` line, else 0."""
+    return _span_tokens(offsets, (m.span(g) for m in _BELIEF_NUMBERS.finditer(text) for g in (1, 2, 3)))
+
+
+def _rendered_offsets(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None,
+                      needs: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Each rendered week's text and its tokens' character offsets (a fast tokenizer's), for the loss weights
+    placed on the text (``needs``: the options that ask for them); a week must tokenize back to the chat
+    template's tokens."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise RhythmError(f"{needs} needs a fast tokenizer (character offsets)")
     texts = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=False)
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-    masks = []
-    for example, text, ids, again, offsets in zip(batch, texts, input_ids, enc["input_ids"], enc["offset_mapping"], strict=True):
+    for example, ids, again in zip(batch, input_ids, enc["input_ids"], strict=True):
         if list(again) != list(ids):
             raise RhythmError(f"episode {example['episode']}: the rendered week does not tokenize back to the chat "
-                              "template's tokens, so echo_loss cannot place the echoed actions")
-        masks.append(echo_tokens(text, offsets))
-    return masks
+                              f"template's tokens, so {needs} cannot place its loss weights")
+    return list(zip(texts, enc["offset_mapping"], strict=True))
