@@ -168,14 +168,12 @@ def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[st
     return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
 
 
-def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str,
-                        settings: BranchMode = BranchMode()) -> Callable[[list[Any], Any], dict[str, Any]]:
-    """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows)."""
+def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: BranchMode = BranchMode(),
+                        challengers: Sequence[str | None] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
+    """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows); ``challengers``: each
+    row's named second reply for ``group: pair`` (:func:`restore_challengers`; None: the runner-up everywhere)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
-    restore: dict[bytes, str | None] = {}
-    if settings.challenger == "restore":
-        restore = dict(zip((prompt_key(r["prompt"]) for r in rows), restore_challengers(rows, settings.restore_below),
-                           strict=True))
+    restore = dict(zip((prompt_key(r["prompt"]) for r in rows), challengers, strict=True)) if challengers is not None else {}
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch

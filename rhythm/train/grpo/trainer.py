@@ -208,9 +208,10 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
         if not rows:
             raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
-    train_rows = rows
-    if cfg.mode == "branch" and cfg.branch.restore_only:  # the anchor and the probe still draw from every state
+    train_rows, named = rows, None
+    if cfg.mode == "branch" and cfg.branch.challenger == "restore":
         named = restore_challengers(rows, cfg.branch.restore_below)
+    if cfg.mode == "branch" and cfg.branch.restore_only:  # the anchor and the probe still draw from every state
         train_rows = [r for r, c in zip(rows, named, strict=True) if c is not None]
         say(f"branch.restore_only: {len(train_rows)} of {len(rows)} prompts have a meter to keep off the crash line")
         if not train_rows:
@@ -225,7 +226,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if cfg.mode == "episode":
         rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
     elif cfg.mode == "branch":
-        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}", cfg.branch)
+        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}", cfg.branch, named)
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer)
