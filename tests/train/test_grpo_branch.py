@@ -11,24 +11,9 @@ from collections import defaultdict
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from rhythm.agents.filtering import filter_beliefs
-from rhythm.errors import RhythmError
-from rhythm.grader import belief_mae, belief_score
-from rhythm.protocol import format_ending, parse_reply
-from rhythm.train.grpo.branch import (
-    State,
-    branch_key,
-    branch_scores,
-    decision_mask,
-    filter_score,
-    filter_targets,
-    prompt_key,
-    with_filter_beliefs,
-)
-from rhythm.train.grpo.config import BranchMode, validate_branch
+from rhythm.protocol import parse_reply
+from rhythm.train.grpo.branch import State, branch_key, branch_scores, decision_mask, prompt_key
 from rhythm.train.grpo.data import PromptOptions, build_prompts
 
 from .helpers import TINY_CONFIG, load_model
@@ -129,61 +114,3 @@ def test_only_the_judged_tokens_enter_the_loss(sft_model):
     assert "0.25" in kept_last and "0.75" in kept_last and "MEDITATE" not in kept_last
     lost = tokenizer("BELIEF: S=0.25 M=0.75 W=0.50", add_special_tokens=False)["input_ids"]
     assert decision_mask(tokenizer, lost, 4) == [1] * len(lost)
-
-
-def test_filter_targets_are_the_filters_beliefs_of_the_week_so_far(greedy_week):
-    """judge: filter scores a belief against the filter's posterior at its state, from the actions before it
-    alone: the same numbers as the filter run over the whole recorded week; its states hold the filter's beliefs
-    and the actions played in place of the earlier replies, and nothing else changes."""
-    record, rows = greedy_week
-    week = filter_beliefs([{**record, "steps": [{"action": s["action"]} for s in record["steps"]]}])[0]
-    targets = filter_targets(rows)
-    assert np.allclose(np.stack(targets), week, atol=1e-12)
-    rewritten = with_filter_beliefs(rows)
-    for row, new in zip(rows, rewritten, strict=True):
-        replies = [m["content"] for m in new["prompt"] if m["role"] == "assistant"]
-        assert replies == [format_ending([round(float(x), 2) for x in week[k]], row["prefix"][k]) for k in range(row["t"])]
-        assert [m for m in new["prompt"] if m["role"] != "assistant"] == [m for m in row["prompt"] if m["role"] != "assistant"]
-        assert {k: v for k, v in new.items() if k != "prompt"} == {k: v for k, v in row.items() if k != "prompt"}
-
-
-@given(st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3), st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
-       st.sampled_from(["in-dist", "ood", "discrete"]))
-def test_filter_score_is_the_graders_belief_score_against_the_filter(belief, target, condition):
-    target = np.array(target)
-    stated = [round(x, 2) for x in belief]
-    reply = f"BELIEF: S={stated[0]:.2f} M={stated[1]:.2f} W={stated[2]:.2f}\nACTION: SLEEP"
-    expected = belief_score(float(belief_mae(np.array(stated), target)), condition, "v3")
-    assert filter_score(reply, target, condition) == pytest.approx(expected, abs=1e-12)
-    assert filter_score(reply, np.array(stated), condition) >= filter_score(reply, target, condition)
-    assert filter_score("ACTION: SLEEP", target, condition) == 0.0, "no belief, no credit"
-
-
-@pytest.mark.parametrize(("branch", "match"), [
-    ({"judge": "truth"}, "judge must be week or filter"),
-    ({"judge": "filter", "group": "pair"}, "needs branch.group=sampled"),
-    ({"judge": "filter", "futures": 2}, "needs branch.group=sampled and branch.futures=1"),
-])
-def test_judge_filter_refuses_what_it_cannot_score(branch, match):
-    with pytest.raises(RhythmError, match=match):
-        validate_branch(BranchMode(**branch), 2 if branch.get("group") == "pair" else 8)
-
-
-@pytest.mark.slow
-def test_judge_filter_run_rewards_each_belief_against_the_filter(run_cli, tmp_path, sft_model):
-    """Two steps through the CLI: every logged reward is the reply's belief scored against the filter at its
-    state (whatever the action), and the rewards differ within a batch."""
-    out = tmp_path / "grpo"
-    code, stdout, err = run_cli(
-        "grpo", "--config", TINY_CONFIG, "--model", str(sft_model), *FROM_MODEL, "--set", "data=", "-o", str(out),
-        "--max-steps", "2", "--set", "mode=branch", "--set", "branch.judge=filter", "--set", "reward_funcs=[branch_score]",
-        "--set", "reward_weights=[1.0]", "--set", "rollout_seeds=3", "--set", "num_generations=4",
-        "--set", "per_device_train_batch_size=8", "--set", "logging_steps=1", "--set", "probe_states=4", "-q")
-    assert code == 0, err
-    assert orjson.loads(stdout)["global_step"] == 2
-    lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
-    assert len(lines) == 16
-    rows = [{"condition": ln["condition"], "split": ln["split"], "seed": ln["seed"], "prefix": ln["prefix"]} for ln in lines]
-    for ln, target in zip(lines, filter_targets(rows), strict=True):
-        assert ln["rewards"]["branch_score"] == pytest.approx(filter_score(ln["reply"], target, ln["condition"]), abs=1e-12)
-    assert any(len({ln["reward"] for ln in lines if ln["batch"] == b}) > 1 for b in {ln["batch"] for ln in lines})

@@ -22,8 +22,7 @@ under several futures (the person's own noise and others redrawn from the branch
 ``future`` option), the reward their mean; ``group: pair`` compares the policy's greedy action with its
 runner-up (:mod:`rhythm.train.grpo.pairs`), ``agree_z`` only where the futures agree; ``challenger: restore``
 compares it instead with the action that keeps a low meter off the crash line, ``restore_only`` trains only there.
-``judge: filter`` plays no week: each sampled reply's BELIEF line is scored against the bayes filter's posterior at
-its state (:func:`filter_targets`), the label ``rhythm sft``'s ``filter_beliefs`` learns, here as a reward. Runs inside TRL's ``rollout_func`` (:mod:`rhythm.train.grpo`).
+Runs inside TRL's ``rollout_func`` (:mod:`rhythm.train.grpo`).
 """
 
 from __future__ import annotations
@@ -38,12 +37,10 @@ import orjson
 
 from rhythm.agents.base import Decision
 from rhythm.agents.episodes import play_batch, replay
-from rhythm.agents.filtering import filter_beliefs
 from rhythm.agents.model import decision_of
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
-from rhythm.grader import belief_mae, belief_score
 from rhythm.model.lockstep import LockstepChat
-from rhythm.protocol import format_ending, parse_reply
+from rhythm.protocol import parse_reply
 from rhythm.train.grpo.config import BranchMode
 from rhythm.train.grpo.pairs import agreed_rewards, pair_replies, restoring_action
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
@@ -166,48 +163,6 @@ def state_meters(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     return out
 
 
-def _filter_weeks(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
-    """The bayes filter's posterior-mean belief at each step of each row's week up to its state, ``(t + 1, 3)``
-    (:func:`rhythm.agents.filtering.filter_beliefs` over the actions played before it)."""
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, r in enumerate(rows):
-        groups[len(r["prefix"])].append(i)
-    out: list[np.ndarray] = [np.empty(0)] * len(rows)
-    for idx in groups.values():  # the filter takes weeks of one length; the action after the last is not read
-        weeks = [{"condition": str(rows[i]["condition"]), "split": str(rows[i]["split"]), "seed": int(rows[i]["seed"]),
-                  "steps": [{"action": a} for a in [*rows[i]["prefix"], "SLEEP"]]} for i in idx]
-        for i, beliefs in zip(idx, filter_beliefs(weeks), strict=True):
-            out[i] = beliefs
-    return out
-
-
-def filter_targets(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
-    """The bayes filter's posterior-mean belief at each row's state: the belief the week's evidence supports there,
-    what ``judge: filter`` scores a stated belief against."""
-    return [beliefs[-1] for beliefs in _filter_weeks(rows)]
-
-
-def with_filter_beliefs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with every earlier reply in their prompt rewritten as the filter's belief (rounded as the protocol
-    states it) and the action played: ``judge: filter``'s states, the student's own actions with the filter's beliefs
-    in context, as ``rhythm sft``'s ``filter_beliefs`` trains (with its own beliefs there, the belief got worse)."""
-    out = []
-    for row, beliefs in zip(rows, _filter_weeks(rows), strict=True):
-        prompt, k = [dict(m) for m in row["prompt"]], 0
-        for m in prompt:
-            if m.get("role") == "assistant":
-                m["content"] = format_ending([round(float(x), 2) for x in beliefs[k]], row["prefix"][k])
-                k += 1
-        out.append({**row, "prompt": prompt})
-    return out
-
-
-def filter_score(text: str, target: np.ndarray, condition: str) -> float:
-    """A reply's BELIEF scored as the grader scores a belief (v3), against the filter's posterior; 0 without one."""
-    belief = parse_reply(text).belief
-    return 0.0 if belief is None else float(belief_score(float(belief_mae(np.array(belief), target)), condition, "v3"))
-
-
 def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[str | None]:
     """Each row's restoring action (:func:`rhythm.train.grpo.pairs.restoring_action` at its meters), or None."""
     return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
@@ -219,7 +174,6 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: Bra
     row's named second reply for ``group: pair`` (:func:`restore_challengers`; None: the runner-up everywhere)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
     restore = dict(zip((prompt_key(r["prompt"]) for r in rows), challengers, strict=True)) if challengers is not None else {}
-    targets = dict(zip((prompt_key(r["prompt"]) for r in rows), filter_targets(rows), strict=True)) if settings.judge == "filter" else {}
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch
@@ -248,15 +202,6 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: Bra
             texts = tokenizer.batch_decode([[t for t in c if t not in stop_ids] for c in completion_ids], skip_special_tokens=True)
             texts = [t.strip() for t in texts]
             row_states = [states[prompt_key(p)] for p in prompts]
-            if settings.judge == "filter":  # the belief line against the filter; no week is played
-                return {
-                    "prompt_ids": prompt_ids,
-                    "completion_ids": completion_ids,
-                    "logprobs": None,
-                    "env_mask": [decision_mask(tokenizer, c, EPISODE_STEPS - 1) for c in completion_ids],
-                    "branch_score": [filter_score(x, targets[prompt_key(p)], s.condition)
-                                     for x, p, s in zip(texts, prompts, row_states, strict=True)],
-                }
             branch_of: dict[tuple[Any, ...], int] = {}
             branches: list[tuple[State, str]] = []
             index = []

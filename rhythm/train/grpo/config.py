@@ -68,11 +68,6 @@ class BranchMode:
     restore_only: bool = False
     """challenger restore: train only on the states where a restoring action is named (the KL anchor and the
     probe still draw from every state)."""
-    judge: str = "week"
-    """week: a reply is worth the final score of the week it leads to (the rest of this section). filter: its
-    BELIEF line is worth the v3 belief score against the bayes filter's posterior at its state (the evidence of the
-    week so far, not the truth), with the filter's beliefs in place of the earlier ones in context; only that line is
-    in the loss and no week is played (group sampled, futures 1)."""
 
 
 @dataclass(frozen=True)
@@ -283,11 +278,6 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
         raise RhythmError("branch.restore_only keeps the states a restoring action is named at: it needs branch.challenger=restore")
     if not 0 < branch.restore_below <= 1:
         raise RhythmError(f"branch.restore_below must be in (0, 1], got {branch.restore_below}")
-    if branch.judge not in ("week", "filter"):
-        raise RhythmError(f"branch.judge must be week or filter, got {branch.judge!r}")
-    if branch.judge == "filter" and (branch.group != "sampled" or branch.futures != 1):
-        raise RhythmError("branch.judge=filter scores each sampled belief at its state and plays no week: it needs "
-                          "branch.group=sampled and branch.futures=1")
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")

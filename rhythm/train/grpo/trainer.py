@@ -64,7 +64,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
-from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers, with_filter_beliefs
+from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
 from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
@@ -208,8 +208,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
         if not rows:
             raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
-    if cfg.mode == "branch" and cfg.branch.judge == "filter":
-        rows = with_filter_beliefs(rows)
     train_rows, named = rows, None
     if cfg.mode == "branch" and cfg.branch.challenger == "restore":
         named = restore_challengers(rows, cfg.branch.restore_below)
