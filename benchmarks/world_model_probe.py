@@ -12,8 +12,8 @@ does (replies 1, ``observation_loss`` and ``echo_loss`` from the config, e.g. 0.
 A probe (docs/grpo.md, seventh round, row WM3): it did not make the student see serenity, so ``rhythm sft`` does
 not carry it.
 
-    python benchmarks/world_model_probe.py --own-obs 0.3 -- --config configs/sft-tiny-expert.yaml \\
-        --set model_name_or_path=runs/quickstart-few/sft --set best_week_per_person=false \\
+    python benchmarks/world_model_probe.py --own-obs 0.3 -- --config benchmarks/configs/own-weeks-best.yaml \\
+        --set model_name_or_path=runs/quickstart-few/sft \\
         --set observation_loss=0.1 --set echo_loss=1.0 --set max_steps=600 --set output_dir=runs/sft-wm \\
         --set data=runs/quickstart-few/data/teacher.jsonl,runs/ei/own/g/eval_results_v2.episodes.jsonl,...
 """

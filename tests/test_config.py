@@ -149,7 +149,7 @@ def test_shipped_variants_change_only_what_they_state() -> None:
     from rhythm.train.grpo import GRPORunConfig
     from rhythm.train.sft import SFTRunConfig
 
-    variants = {"sft-tiny-openings.yaml": SFTRunConfig, "sft-tiny-weeks.yaml": SFTRunConfig, "sft-tiny-expert.yaml": SFTRunConfig, "sft-tiny-filter.yaml": SFTRunConfig,
+    variants = {"sft-tiny-openings.yaml": SFTRunConfig, "sft-tiny-weeks.yaml": SFTRunConfig,
                 "sft-small.yaml": SFTRunConfig,
                 "grpo-small.yaml": GRPORunConfig, "grpo-tiny-pairs.yaml": GRPORunConfig, "grpo-tiny-restore.yaml": GRPORunConfig,
                 "quickstart-few.yaml": QuickstartConfig}

@@ -1,6 +1,6 @@
 """The bayes filter run on any recorded week: the posterior-mean belief at each step, from that week's own actions
 and observations. The benchmark's own inference, free to run (no teacher call): ``rhythm analyze teacher-forced
---filter`` compares a student's beliefs with it, and ``rhythm sft``'s ``filter_beliefs`` learns it at the states
+--filter`` compares a student's beliefs with it, and ``benchmarks/own_weeks.py filter`` learns it at the states
 the student itself reached (docs/grpo.md, ninth round)."""
 
 from __future__ import annotations

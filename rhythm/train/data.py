@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rhythm.env.constants import ACTIONS
 from rhythm.env.render import ECHOED_ACTION
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
@@ -27,9 +25,6 @@ BELOW_MIN_SCORE = "episode final_score below min_score"
 PARSE_FAILURE = "a reply has no valid ACTION (parse_ok false)"
 EMPTY_REPLY = "an empty reply"
 TOO_LONG = "longer than max_length tokens (truncation would drop the last turns' loss)"
-NOT_BEST = "not its person's best week (best_week_per_person)"
-
-_BELIEF_NUMBERS = re.compile(r"BELIEF: S=(\d+\.\d+) M=(\d+\.\d+) W=(\d+\.\d+)")  # format_belief's line
 
 
 @dataclass(frozen=True)
@@ -42,8 +37,6 @@ class DataOptions:
     strip_reasoning: bool = False
     drop_parse_failures: bool = True
     first_turns: int | None = None
-    best_week_per_person: bool = False
-    filter_beliefs: bool = False
 
 
 @dataclass
@@ -64,8 +57,6 @@ class DataReport:
     """reason -> steps left out (the steps of dropped episodes)"""
     max_tokens: int = 0
     """Tokens of the longest rendered week (set once a tokenizer has seen the data)."""
-    beliefs_filtered: int = 0
-    """Weeks a model played whose beliefs became the bayes filter's (``filter_beliefs``)."""
 
     def drop_episode(self, reason: str, steps: int) -> None:
         self.dropped_episodes[reason] = self.dropped_episodes.get(reason, 0) + 1
@@ -83,13 +74,12 @@ class DataReport:
     def summary_line(self) -> str:
         dropped = sum(self.dropped_episodes.values())
         why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
-        filtered = f"; beliefs of {self.beliefs_filtered} model-played weeks filtered" if self.beliefs_filtered else ""
         return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
                 f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
-                f"dropped {dropped} episodes ({why}){filtered}")
+                f"dropped {dropped} episodes ({why})")
 
 
-def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> tuple[list[str], str | None]:
+def week_replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> tuple[list[str], str | None]:
     """The assistant turns of one episode, or the reason it is left out."""
     replies = []
     for i, step in enumerate(steps):
@@ -110,11 +100,12 @@ def _replies(steps: list[dict[str, Any]], options: DataOptions, where: str) -> t
     return replies, None
 
 
-def _final_score(record: dict[str, Any], where: str) -> float:
+def final_score(record: dict[str, Any], where: str) -> float:
+    """The record's ``score.final_score``, or a :class:`RhythmError` naming ``where``."""
     score = record.get("score")
     value = score.get("final_score") if isinstance(score, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RhythmError(f"{where}: score.final_score is missing or not a number; min_score and best_week_per_person need it")
+        raise RhythmError(f"{where}: score.final_score is missing or not a number; min_score needs it")
     return float(value)
 
 
@@ -145,7 +136,6 @@ def build_examples(
         raise RhythmError("stdin (-) can be read only once")
     report = DataReport(files=[str(p) for p in paths])
     by_episode: dict[str, list[dict[str, Any]]] = {}
-    best: dict[str, tuple[float | None, int]] = {}  # episode -> (score, steps) of its kept week (best_week_per_person)
     for path in paths:
         for where, record in read_episodes(path):
             check_protocol(record, where)  # before any filter, so a v1 file is never silently thinned
@@ -158,11 +148,10 @@ def build_examples(
             if any(step.get("explored") for step in steps):
                 raise RhythmError(f"{where}: explored steps train with python benchmarks/dagger_probe.py sft, which "
                                   "keeps their ACTION lines out of the loss")
-            score = _final_score(record, where) if options.min_score is not None or options.best_week_per_person else None
-            if options.min_score is not None and score < options.min_score:
+            if options.min_score is not None and final_score(record, where) < options.min_score:
                 report.drop_episode(BELOW_MIN_SCORE, len(steps))
                 continue
-            replies, reason = _replies(steps, options, where)
+            replies, reason = week_replies(steps, options, where)
             if reason is not None:
                 report.drop_episode(reason, len(steps))
                 continue
@@ -170,15 +159,7 @@ def build_examples(
             # by two teachers must not land on both sides.
             episode = f"{record['condition']}/{record['split']}/{record['seed']}"
             rows = by_episode.setdefault(episode, [])
-            if options.best_week_per_person and rows:  # one week per person: the higher score stays (ties: the first)
-                if score <= best[episode][0]:
-                    report.drop_episode(NOT_BEST, len(steps))
-                    continue
-                report.drop_episode(NOT_BEST, best[episode][1])
-                rows.clear()
-            elif not rows:
-                report.episodes_kept += 1
-            best[episode] = (score, len(steps))
+            report.episodes_kept += not rows
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
             rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
                          "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
@@ -186,49 +167,10 @@ def build_examples(
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):
         out["validation" if episode in val_keys else "train"].extend(by_episode[episode])
-    if options.filter_beliefs:
-        report.beliefs_filtered = _filter_own_beliefs([row for split in out.values() for row in split])
     report.count(out)
     if not out["train"]:
         raise RhythmError(f"no training examples left in {', '.join(report.files)} ({report.summary_line()})")
     return out, report
-
-
-def _filter_own_beliefs(rows: list[dict[str, Any]]) -> int:
-    """In each week a model played (``agent: model:...``), every reply's BELIEF becomes the bayes filter's
-    (:func:`filtered_replies`), and the week is marked ``beliefs_only``: DAgger for the belief, at the student's own
-    states, with the benchmark's filter as the labeller (docs/grpo.md, ninth round). Returns how many weeks."""
-    own = [row for row in rows if row["agent"].startswith("model:")]
-    if not own:
-        raise RhythmError("filter_beliefs: no week in the data was played by a model (agent model:...); "
-                          "rhythm eval --agent model:DIR writes such weeks")
-    for row, replies in zip(own, filtered_replies(own), strict=True):
-        messages = [dict(m) for m in row["messages"]]
-        for i, content in replies:
-            messages[i]["content"] = content
-        row["messages"], row["beliefs_only"] = messages, True
-    return len(own)
-
-
-def filtered_replies(rows: list[dict[str, Any]]) -> list[list[tuple[int, str]]]:
-    """For each week, each reply as ``(message index, reply)`` with its BELIEF the bayes filter's posterior for the
-    week's own actions and observations (:func:`rhythm.agents.filtering.filter_beliefs`, rounded as the protocol
-    states it) and its action as played."""
-    from rhythm.agents.filtering import filter_beliefs
-
-    replies = [[i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"] for row in rows]
-    actions = [[ACTIONS[parse_reply(row["messages"][i]["content"]).action] for i in at] for row, at in zip(rows, replies, strict=True)]
-    out: list[list[tuple[int, str]]] = [[] for _ in rows]
-    by_length: dict[int, list[int]] = {}
-    for k, acts in enumerate(actions):
-        by_length.setdefault(len(acts), []).append(k)
-    for ks in by_length.values():  # the filter takes weeks of one length at a time
-        beliefs = filter_beliefs([{"condition": rows[k]["condition"], "split": rows[k]["split"], "seed": rows[k]["seed"],
-                                   "steps": [{"action": a} for a in actions[k]]} for k in ks])
-        for k, week in zip(ks, beliefs, strict=True):
-            out[k] = [(i, format_ending([round(float(x), 2) for x in belief], action))
-                      for i, action, belief in zip(replies[k], actions[k], week, strict=True)]
-    return out
 
 
 def tokenize_examples(
@@ -238,11 +180,7 @@ def tokenize_examples(
     """Render and tokenize every week once, in batches, as TRL would (it then skips its own preparation), adding
     ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week over ``max_length`` tokens is left
     out and counted (TRL's truncation would cut its last turns' loss); the report records the longest week."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
-
-    # what SFTTrainer renders with under assistant_only_loss: the tokenizer's own template when it has
-    # {% generation %} markers, else TRL's training template for that model family
-    template = None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
+    template = training_template(tokenizer)
     echo = echo_loss is not None and echo_loss != observation_loss
     out: dict[str, list[dict[str, Any]]] = {}
     dropped = 0
@@ -252,10 +190,9 @@ def tokenize_examples(
             batch = examples[i : i + chunk]
             enc = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=True,
                                                 return_dict=True, return_assistant_tokens_mask=True)
-            needs = [n for n, on in (("echo_loss", echo), ("filter_beliefs", any(e.get("beliefs_only") for e in batch))) if on]
-            rendered = (_rendered_offsets(batch, enc["input_ids"], tokenizer, template, " and ".join(needs)) if needs
-                        else [None] * len(batch))
-            for example, ids, mask, text in zip(batch, enc["input_ids"], enc["assistant_masks"], rendered, strict=True):
+            echoes = ([echo_tokens(*t) for t in rendered_offsets(batch, enc["input_ids"], tokenizer, template, "echo_loss")]
+                      if echo else [None] * len(batch))
+            for example, ids, mask, echoed in zip(batch, enc["input_ids"], enc["assistant_masks"], echoes, strict=True):
                 report.max_tokens = max(report.max_tokens, len(ids))
                 if max_length is not None and len(ids) > max_length:
                     dropped += 1
@@ -263,13 +200,9 @@ def tokenize_examples(
                 if not any(mask):
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
-                if example.get("beliefs_only"):  # a week filter_beliefs relabelled: its belief numbers alone
-                    weights = [float(hit and m) for hit, m in zip(belief_number_tokens(*text), mask, strict=True)]
-                else:
-                    weights = week_weights(mask, observation_loss, echo_tokens(*text) if echo else None, echo_loss)
+                weights = week_weights(mask, observation_loss, echoed, echo_loss)
                 labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
-                rest = {k: v for k, v in example.items() if k != "beliefs_only"}  # the mark stays out of the dataset
-                kept.append({**rest, "input_ids": ids, "labels": labels, "loss_weights": weights})
+                kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights})
         out[name] = kept
     if dropped:
         report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped
@@ -280,6 +213,14 @@ def tokenize_examples(
     return out
 
 
+def training_template(tokenizer) -> str | None:
+    """What ``SFTTrainer`` renders with under ``assistant_only_loss``: None (the tokenizer's own template) when it
+    has ``{% generation %}`` markers, else TRL's training template for that model family."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    return None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
+
+
 def week_weights(assistant_mask: Sequence[int], observation_loss: float,
                  echo_mask: Sequence[int] | None = None, echo_loss: float | None = None) -> list[float]:
     """The loss weight of each token of a week: 1 in the replies, ``echo_loss`` on the action names the
@@ -288,7 +229,7 @@ def week_weights(assistant_mask: Sequence[int], observation_loss: float,
     return [1.0 if m else float(echo_loss if e else observation_loss) for m, e in zip(assistant_mask, echo_mask, strict=True)]
 
 
-def _span_tokens(offsets: Sequence[tuple[int, int]], spans: Iterable[tuple[int, int]]) -> list[int]:
+def span_tokens(offsets: Sequence[tuple[int, int]], spans: Iterable[tuple[int, int]]) -> list[int]:
     """1 for each token (given by its character ``offsets``) that overlaps one of the character ``spans``, else 0."""
     import numpy as np
 
@@ -302,19 +243,13 @@ def _span_tokens(offsets: Sequence[tuple[int, int]], spans: Iterable[tuple[int, 
 def echo_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
     """1 for each token (given by its character ``offsets`` in ``text``) that overlaps the action name an
     observation echoes (``After DEEP_WORK:``), else 0."""
-    return _span_tokens(offsets, (m.span(1) for m in ECHOED_ACTION.finditer(text)))
+    return span_tokens(offsets, (m.span(1) for m in ECHOED_ACTION.finditer(text)))
 
 
-def belief_number_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
-    """1 for each token that overlaps a number of a ``BELIEF: S=0.48 M=0.64 W=0.39`` line, else 0."""
-    return _span_tokens(offsets, (m.span(g) for m in _BELIEF_NUMBERS.finditer(text) for g in (1, 2, 3)))
-
-
-def _rendered_offsets(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None,
-                      needs: str) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Each rendered week's text and its tokens' character offsets (a fast tokenizer's), for the loss weights
-    placed on the text (``needs``: the options that ask for them); a week must tokenize back to the chat
-    template's tokens."""
+def rendered_offsets(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None,
+                     needs: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Each rendered week's text and its tokens' character offsets (a fast tokenizer's), for loss weights placed
+    on the text (``needs``: what asks for them); a week must tokenize back to the chat template's tokens."""
     if not getattr(tokenizer, "is_fast", False):
         raise RhythmError(f"{needs} needs a fast tokenizer (character offsets)")
     texts = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=False)

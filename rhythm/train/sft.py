@@ -58,13 +58,6 @@ class SFTRunConfig(TrainRunConfig):
     """Share of episodes (never steps) held out for validation loss; 0 = no validation."""
     min_score: float | None = None
     """Keep only episodes whose score.final_score is at least this (None = all)."""
-    best_week_per_person: bool = False
-    """Keep one week per person, the one with the highest score.final_score: expert iteration on the student's own
-    weeks, sampled several times per person by ``rhythm eval`` (benchmarks/expert_iteration.sh, docs/grpo.md)."""
-    filter_beliefs: bool = False
-    """In weeks a model played (``agent: model:...``), every BELIEF becomes the bayes filter's posterior for the
-    week's own actions and observations, and only those numbers are learned: DAgger for the belief at the student's
-    own states, no teacher call (``configs/sft-tiny-filter.yaml``; docs/grpo.md, ninth round). Needs strip_reasoning."""
     strip_reasoning: bool = False
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
@@ -125,8 +118,6 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
     if cfg.echo_loss is not None and not 0.0 <= cfg.echo_loss <= 1.0:
         raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
-    if cfg.filter_beliefs and not cfg.strip_reasoning:
-        raise RhythmError("filter_beliefs rewrites whole replies as their protocol lines; set strip_reasoning: true")
     if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
         raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
     check_shared(cfg)
@@ -207,9 +198,11 @@ class SFTRun:
 
 
 def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | None = None,
-                  examples: Callable[..., tuple[dict, DataReport]] = build_examples) -> SFTRun:
-    """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet). ``examples``
-    turns ``cfg.data`` into rows: :func:`build_examples`, unless a probe brings its own (benchmarks/dagger_probe.py)."""
+                  examples: Callable[..., tuple[dict, DataReport]] = build_examples,
+                  tokenize: Callable[..., dict] = tokenize_examples) -> SFTRun:
+    """Data, tokenizer, model, LoRA and ``SFTTrainer``, ready to ``train`` (nothing trained yet). ``examples`` turns
+    ``cfg.data`` into rows and ``tokenize`` rows into tokens with loss weights: :func:`build_examples` and
+    :func:`tokenize_examples`, unless a probe brings its own (benchmarks/dagger_probe.py, own_weeks.py)."""
     validate(cfg)
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
     rows, report = examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
@@ -223,7 +216,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as err:
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
-    tokenized = tokenize_examples(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
+    tokenized = tokenize(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
                                   echo_loss=cfg.echo_loss)
     data = {name: Dataset.from_list(split) for name, split in tokenized.items() if split}
     try:
@@ -242,12 +235,13 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
 
 
 def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None,
-            examples: Callable[..., tuple[dict, DataReport]] = build_examples) -> dict[str, Any]:
-    """Train, evaluate, save (and optionally push); returns the run summary (also in ``sft_summary.json``)."""
+            **hooks: Callable[..., Any]) -> dict[str, Any]:
+    """Train, evaluate, save (and optionally push); returns the run summary (also in ``sft_summary.json``).
+    ``hooks``: :func:`build_trainer`'s ``examples`` / ``tokenize``."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
-        return _train(build_trainer(cfg, quiet=quiet, examples=examples), started, say)
+        return _train(build_trainer(cfg, quiet=quiet, **hooks), started, say)
 
 
 def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from rhythm.protocol import SYSTEM_PROMPT, conversation, format_ending, parse_re
 from rhythm.train.data import (
     BELOW_MIN_SCORE,
     EMPTY_REPLY,
-    NOT_BEST,
     PARSE_FAILURE,
     DataOptions,
     build_examples,
@@ -155,43 +154,6 @@ def test_bad_record_names_file_and_line(tmp_path, episodes, mutate, message):
     with pytest.raises(RhythmError) as err:
         build_examples(str(path), DataOptions(min_score=0.0))
     assert message in str(err.value)
-
-
-@settings(max_examples=25, deadline=None)
-@given(scores=st.lists(st.lists(st.sampled_from([0.1, 0.3, 0.5, 0.7]), min_size=1, max_size=4), min_size=1, max_size=3))
-def test_best_week_per_person_keeps_each_persons_highest_score(tmp_path_factory, episodes, scores):
-    """Expert iteration's filter: of the weeks one person was played, only the highest final score is learned
-    (the first of equal ones); every other week is counted as dropped, with its steps."""
-    _, _, records, _ = episodes
-    path = tmp_path_factory.mktemp("best") / "own.jsonl"
-    lines, best = [], {}
-    for person, person_scores in enumerate(scores):
-        for i, score in enumerate(person_scores):
-            record = orjson.loads(orjson.dumps(records[person]))
-            record["score"]["final_score"] = score
-            record["steps"][0]["response"] = format_ending([0.5, 0.5, 0.5], ["SLEEP", "EXERCISE", "DEEP_WORK", "MEDITATE"][i])
-            lines.append(orjson.dumps(record))
-            best.setdefault(record["seed"], (score, i))
-            best[record["seed"]] = max(best[record["seed"]], (score, i), key=lambda b: b[0])
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    rows, report = build_examples(str(path), DataOptions(val_fraction=0.0, best_week_per_person=True))
-    assert {row["seed"]: row["messages"][2]["content"] for row in rows["train"]} == {
-        seed: format_ending([0.5, 0.5, 0.5], ["SLEEP", "EXERCISE", "DEEP_WORK", "MEDITATE"][i]) for seed, (_, i) in best.items()}
-    dropped = sum(len(s) for s in scores) - len(scores)
-    assert report.episodes_kept == len(scores) and report.dropped_episodes.get(NOT_BEST, 0) == dropped
-    assert report.dropped_steps.get(NOT_BEST, 0) == 28 * dropped
-    everything, _ = build_examples(str(path), DataOptions(val_fraction=0.0))
-    assert len(everything["train"]) == sum(len(s) for s in scores)  # off: every week is learned
-
-
-def test_best_week_per_person_needs_scores(tmp_path, episodes):
-    _, _, records, _ = episodes
-    bad = orjson.loads(orjson.dumps(records[0]))
-    bad["score"] = None
-    path = tmp_path / "x.jsonl"
-    path.write_bytes(orjson.dumps(bad) + b"\n")
-    with pytest.raises(RhythmError, match=r"x\.jsonl:1: score.final_score is missing"):
-        build_examples(str(path), DataOptions(best_week_per_person=True))
 
 
 def test_broken_json_line(tmp_path, episodes):
