@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import sys
 from collections.abc import Callable, Collection
@@ -139,12 +138,12 @@ def resume_path(cfg: Any) -> str | None:
     if value in (None, False, "", "none", "None", "false"):
         return None
     if value is True or str(value).lower() in ("latest", "last", "true"):
-        out = Path(cfg.output_dir)
-        steps = [int(m.group(1)) for p in (out.iterdir() if out.is_dir() else [])
-                 if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
-        if not steps:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
+        if last is None:
             raise RhythmError(f"no checkpoint-N folder in {cfg.output_dir} to resume from")
-        return str(out / f"checkpoint-{max(steps)}")
+        return last
     path = Path(str(value))
     if not (path / "trainer_state.json").is_file():
         raise RhythmError(f"not a checkpoint folder (no trainer_state.json): {path}")
