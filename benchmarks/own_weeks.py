@@ -53,6 +53,8 @@ def best_examples(paths: list[str], options: DataOptions) -> tuple[dict[str, lis
     """:func:`rhythm.train.data.build_examples` on each person's best scored usable week: a week the data options
     would drop anyway is left to them (and counted under their reason), a usable week beaten by another of its
     person's is counted as ``NOT_BEST``."""
+    if any(str(p) == "-" for p in paths):
+        raise RhythmError("own_weeks.py best reads its files twice; stdin (-) cannot be one of them")
     best: dict[str, tuple[float, str]] = {}  # person -> (score, where) of the best usable week so far
     for path in paths:
         for where, record in read_episodes(path):

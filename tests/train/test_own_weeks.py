@@ -77,6 +77,8 @@ def test_best_needs_scores(tmp_path, own_weeks, records):
     path.write_bytes(orjson.dumps(bad) + b"\n")
     with pytest.raises(RhythmError, match=r"x\.jsonl:1: score.final_score is missing"):
         own_weeks.best_examples([str(path)], DataOptions())
+    with pytest.raises(RhythmError, match=r"stdin \(-\) cannot be one of them"):
+        own_weeks.best_examples(["-"], DataOptions())
 
 
 @pytest.mark.parametrize("share", [0.3, 1.0])
