@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
+import shlex
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
@@ -54,4 +56,13 @@ def now_iso() -> str:
 
 
 def command_line() -> str:
-    return " ".join(["rhythm", *sys.argv[1:]])
+    """The running command as it was typed: ``rhythm ...`` (the console script), ``python -m MODULE ...`` (what
+    ``accelerate launch -m`` and Hugging Face Jobs run) or ``python SCRIPT ...`` (a benchmark)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if Path(sys.argv[0]).name == "rhythm" or spec is None and not sys.argv[0].endswith(".py"):
+        head = ["rhythm"]
+    elif spec is not None:
+        head = ["python", "-m", spec.name.removesuffix(".__main__")]
+    else:
+        head = ["python", sys.argv[0]]
+    return shlex.join([*head, *sys.argv[1:]])
