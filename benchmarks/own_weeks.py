@@ -7,7 +7,8 @@ rounds), so ``rhythm sft`` carries neither. Both take ``rhythm sft``'s ``--confi
     filter   DAgger for the belief: in each week a model played (agent model:...), each step with probability
              --share (default 1) has its BELIEF replaced by the benchmark's bayes filter posterior for the week's
              own actions and observations (rhythm.agents.filtering), and only those numbers are learned; the
-             actions stay as played, out of the loss. Teacher weeks train as rhythm sft trains them.
+             actions stay as played, out of the loss (--keep-actions: in it, an anchor to the policy that played
+             them). Teacher weeks train as rhythm sft trains them.
 
     python benchmarks/own_weeks.py best -- --config benchmarks/configs/own-weeks-best.yaml \\
         --set model_name_or_path=runs/quickstart-few/sft --set data=TEACHER,OWN_G,OWN_S1,... --set output_dir=OUT
@@ -19,6 +20,7 @@ benchmarks/expert_iteration.sh plays the student's weeks with ``rhythm eval`` an
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +49,7 @@ from rhythm.train.sft import SFTRunConfig, run_sft
 
 NOT_BEST = "not its person's best week (own_weeks.py best)"
 BELIEF_NUMBERS = r"BELIEF: S=(\d+\.\d+) M=(\d+\.\d+) W=(\d+\.\d+)"  # format_belief's line
+ACTION_NAME = r"ACTION: ([A-Z_]+)"
 
 
 def best_examples(paths: list[str], options: DataOptions) -> tuple[dict[str, list[dict[str, Any]]], DataReport]:
@@ -133,9 +136,10 @@ def filter_examples(share: float = 1.0, seed: int = 0):
 
 
 def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length: int | None, report: DataReport,
-                   **kwargs: Any) -> dict[str, list[dict[str, Any]]]:
+                   keep_actions: bool = False, **kwargs: Any) -> dict[str, list[dict[str, Any]]]:
     """:func:`rhythm.train.data.tokenize_examples`; then a relabelled week learns its relabelled replies' belief
-    numbers alone (the tokens that overlap them)."""
+    numbers alone (the tokens that overlap them), and with ``keep_actions`` every reply's action name as played too:
+    the policy that played the week anchors its own actions while its beliefs move."""
     import re
 
     out = tokenize_examples(rows, tokenizer, max_length, report, **kwargs)
@@ -153,6 +157,10 @@ def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length:
             learned = np.zeros(len(mask), dtype=bool)
             for k in example["relabelled"]:
                 learned |= np.asarray(replies[k], dtype=bool)
+            if keep_actions:
+                for m in re.finditer(ACTION_NAME, text):
+                    hit = np.asarray(span_tokens(offsets, [m.span(1)]), dtype=bool)
+                    learned |= hit & np.asarray(mask, dtype=bool)
             example["loss_weights"] = learned.astype(float).tolist()
             example["labels"] = [t if hit else -100 for t, hit in zip(example["input_ids"], learned, strict=True)]
         for example in examples:
@@ -161,21 +169,24 @@ def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python benchmarks/own_weeks.py", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python benchmarks/own_weeks.py", usage="%(prog)s {best,filter} [options] -- [rhythm sft --config / --set]",
+                                 description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("variant", choices=["best", "filter"])
     ap.add_argument("--share", type=float, default=1.0, help="filter: chance that a step of an own week is relabelled")
     ap.add_argument("--seed", type=int, default=0, help="filter: seed of the steps drawn")
-    ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then rhythm sft's --config / --set arguments")
-    args = ap.parse_args(argv)
+    ap.add_argument("--keep-actions", action="store_true",
+                    help="filter: the own weeks' actions as played stay in the loss (an anchor to the policy that played them)")
+    cut = argv.index("--") if "--" in argv else len(argv)  # after --: rhythm sft's --config / --set arguments
+    args, rest = ap.parse_args(argv[:cut]), argv[cut + 1 :]
     if not 0.0 < args.share <= 1.0:
         ap.error("--share must be in (0, 1]")
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
 
     def train(cfg: SFTRunConfig, quiet: bool = False) -> dict[str, Any]:
         if args.variant == "best":
             return run_sft(cfg, quiet=quiet, examples=best_examples)
-        return run_sft(cfg, quiet=quiet, examples=filter_examples(args.share, args.seed), tokenize=filter_weights)
+        weights = functools.partial(filter_weights, keep_actions=args.keep_actions)
+        return run_sft(cfg, quiet=quiet, examples=filter_examples(args.share, args.seed), tokenize=weights)
 
     return entry_main("sft", SFTRunConfig, train, rest, omit=("data",), doc=__doc__.split("\n\n")[0],
                       prog=f"python benchmarks/own_weeks.py {args.variant}")

@@ -165,7 +165,29 @@ def test_the_configs_load_and_bad_input_exits_2(capsys, own_weeks):
         assert cfg.output_dir == f"runs/own-weeks-{variant}" and cfg.strip_reasoning
     with pytest.raises(SystemExit) as exc:
         own_weeks.main(["filter", "--share", "0", "--", "--config", "benchmarks/configs/own-weeks-filter.yaml"])
-    assert exc.value.code == 2 and "--share" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--share must be in (0, 1]" in capsys.readouterr().err
     assert own_weeks.main(["best", "--", "--config", "benchmarks/configs/own-weeks-best.yaml", "--set",
                            "data=missing.jsonl"]) == 2
     assert "file not found: missing.jsonl" in capsys.readouterr().err
+
+
+def test_keep_actions_adds_each_replys_action_name_as_played(tmp_path, tiny_student, own_weeks):
+    """``--keep-actions``: a relabelled week learns its filter numbers and, at every step, the action it played
+    (one anchor token a reply here); a teacher week is untouched."""
+    from transformers import AutoTokenizer
+
+    path, records = own_and_teacher_weeks(tmp_path)
+    options = DataOptions(val_fraction=0.0, strip_reasoning=True)
+    rows, report = own_weeks.filter_examples(0.5, seed=1)([str(path)], options)
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    plain = own_weeks.filter_weights(rows, tok, 1536, report)
+    rows, report = own_weeks.filter_examples(0.5, seed=1)([str(path)], options)
+    anchored = own_weeks.filter_weights(rows, tok, 1536, report, keep_actions=True)
+    for before, after in zip(plain["train"], anchored["train"], strict=True):
+        record = next(r for r in records if r["seed"] == after["seed"])
+        added = [tok.decode(t).strip() for t, w, v in zip(after["input_ids"], after["loss_weights"], before["loss_weights"],
+                                                          strict=True) if w > 0 and v == 0]
+        if after["seed"] == 2:
+            assert added == [] and after["loss_weights"] == before["loss_weights"]
+        else:
+            assert added == [s["action"] for s in record["steps"]]
