@@ -53,6 +53,8 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
     for raw_key, value in values.items():
         key = str(raw_key).replace("-", "_")
         head, _, rest = key.partition(".")
+        if head not in fields and head in getattr(cls, "RETIRED", {}):
+            raise RhythmError(f"{where}: {raw_key!r} is no longer a key of {cls.__name__}: {cls.RETIRED[head]}")
         if head not in fields:
             moved = [f"{name}.{head}" for name in fields if dataclasses.is_dataclass(hints[name])
                      and head in {f.name for f in dataclasses.fields(hints[name])}]  # a key that lives in a section

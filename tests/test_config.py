@@ -48,6 +48,18 @@ def test_key_null_on_the_command_line_sets_none(tmp_path: Path) -> None:
         load_config(Outer, path, ["name=null"])
 
 
+def test_a_retired_key_says_where_it_went(tmp_path: Path) -> None:
+    """A config written before a knob left the product is refused with where the knob went, not a list of keys."""
+    from rhythm.train.sft import SFTRunConfig
+
+    path = tmp_path / "old.yaml"
+    path.write_text("filter_beliefs: true\n")
+    with pytest.raises(RhythmError, match=r"old.yaml: 'filter_beliefs' is no longer a key of SFTRunConfig: .*own_weeks.py filter"):
+        load_config(SFTRunConfig, path)
+    with pytest.raises(RhythmError, match=r"'action_balance' is no longer a key.*commit 2630816"):
+        load_config(SFTRunConfig, None, ["action_balance=0.5"])
+
+
 def test_unknown_key_names_the_nearest(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("lerning_rate: 1\n")

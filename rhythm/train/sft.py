@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rhythm.agents.tiny import resolve_model
 from rhythm.errors import RhythmError
@@ -49,6 +49,13 @@ REPORT_NAME = "data_report.json"
 @dataclass(frozen=True)
 class SFTRunConfig(TrainRunConfig):
     """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are ``configs/sft.yaml``'s."""
+
+    RETIRED: ClassVar[dict[str, str]] = {  # knobs that measured no help and left; a config that sets one is told where
+        "best_week_per_person": "expert iteration is python benchmarks/own_weeks.py best (docs/sft.md)",
+        "filter_beliefs": "DAgger for the belief is python benchmarks/own_weeks.py filter (docs/sft.md)",
+        "action_balance": "it measured no help and was removed (docs/student.md; commit 2630816 is the last with it)",
+        "context_noise": "it measured no help and was removed (docs/student.md; commit 6d1824e is the last with it)",
+    }
 
     # --- model
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"
