@@ -34,7 +34,7 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no checkpoint-N folder in"),
         (["--data", "{v1}"], "v1.jsonl:1: record is text protocol v1, this rhythm speaks v2"),
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
-        (["--data", "{teacher}", "--set", "context_noise=0.5"], "unknown key 'context_noise' for SFTRunConfig"),
+        (["--data", "{teacher}", "--set", "context_noise=0.5"], "'context_noise' is no longer a key of SFTRunConfig"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, tiny_student, args, message):
