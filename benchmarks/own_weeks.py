@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -48,8 +49,8 @@ from rhythm.train.data import (
 from rhythm.train.sft import SFTRunConfig, run_sft
 
 NOT_BEST = "not its person's best week (own_weeks.py best)"
-BELIEF_NUMBERS = r"BELIEF: S=(\d+\.\d+) M=(\d+\.\d+) W=(\d+\.\d+)"  # format_belief's line
-ACTION_NAME = r"ACTION: ([A-Z_]+)"
+BELIEF_NUMBERS = re.compile(r"BELIEF: S=(\d+\.\d+) M=(\d+\.\d+) W=(\d+\.\d+)")  # format_belief's line
+ACTION_NAME = re.compile(r"ACTION: ([A-Z_]+)")
 
 
 def best_examples(paths: list[str], options: DataOptions) -> tuple[dict[str, list[dict[str, Any]]], DataReport]:
@@ -58,37 +59,33 @@ def best_examples(paths: list[str], options: DataOptions) -> tuple[dict[str, lis
     person's is counted as ``NOT_BEST``."""
     if any(str(p) == "-" for p in paths):
         raise RhythmError("own_weeks.py best reads its files twice; stdin (-) cannot be one of them")
-    best: dict[str, tuple[float, str]] = {}  # person -> (score, where) of the best usable week so far
+    usable: dict[str, int] = {}  # where -> steps of each week the data options keep
+    best: dict[str, tuple[float, str]] = {}  # person -> (score, where) of its best usable week so far
     for path in paths:
         for where, record in read_episodes(path):
             check_protocol(record, where)
             steps = record["steps"][: options.first_turns]
             score = final_score(record, where)
-            if week_replies(steps, options, where)[1] is None and (options.min_score is None or score >= options.min_score):
-                person = f"{record['condition']}/{record['split']}/{record['seed']}"
-                if person not in best or score > best[person][0]:
-                    best[person] = (score, where)
-    kept = {where for _, where in best.values()}
-    beaten: list[int] = []  # steps of each usable week left out
+            if week_replies(steps, options, where)[1] is not None or (options.min_score is not None and score < options.min_score):
+                continue
+            usable[where] = len(steps)
+            person = f"{record['condition']}/{record['split']}/{record['seed']}"
+            if person not in best or score > best[person][0]:
+                best[person] = (score, where)
+    beaten = usable.keys() - {where for _, where in best.values()}
     with tempfile.TemporaryDirectory() as tmp:
-        copies = []
-        for i, path in enumerate(paths):
-            copies.append(str(Path(tmp) / f"{i}.jsonl"))
-            with open(copies[-1], "wb") as f:
+        copies = [str(Path(tmp) / f"{i}.jsonl") for i in range(len(paths))]
+        for path, copy in zip(paths, copies, strict=True):
+            with open(copy, "wb") as f:
                 for where, record in read_episodes(path):
-                    steps = record["steps"][: options.first_turns]
-                    usable = week_replies(steps, options, where)[1] is None and (
-                        options.min_score is None or final_score(record, where) >= options.min_score)
-                    if usable and where not in kept:
-                        beaten.append(len(steps))
-                    else:
+                    if where not in beaten:
                         f.write(dumps(record))
         rows, report = build_examples(copies, options)
     report.files = list(paths)
-    for steps in beaten:
+    for where in beaten:
         report.episodes_read += 1
-        report.steps_read += steps
-        report.drop_episode(NOT_BEST, steps)
+        report.steps_read += usable[where]
+        report.drop_episode(NOT_BEST, usable[where])
     return rows, report
 
 
@@ -140,10 +137,8 @@ def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length:
     """:func:`rhythm.train.data.tokenize_examples`; then a relabelled week learns its relabelled replies' belief
     numbers alone (the tokens that overlap them), and with ``keep_actions`` every reply's action name as played too:
     the policy that played the week anchors its own actions while its beliefs move."""
-    import re
-
     out = tokenize_examples(rows, tokenizer, max_length, report, **kwargs)
-    template, pattern = training_template(tokenizer), re.compile(BELIEF_NUMBERS)
+    template = training_template(tokenizer)
     for examples in out.values():
         marked = [e for e in examples if e.get("relabelled") is not None]
         if not marked:
@@ -152,13 +147,13 @@ def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length:
                                               return_dict=True, return_assistant_tokens_mask=True)["assistant_masks"]
         texts = rendered_offsets(marked, [e["input_ids"] for e in marked], tokenizer, template, "own_weeks.py filter")
         for example, mask, (text, offsets) in zip(marked, masks, texts, strict=True):
-            lines = [span_tokens(offsets, [m.span(g) for g in (1, 2, 3)]) for m in pattern.finditer(text)]
+            lines = [span_tokens(offsets, [m.span(g) for g in (1, 2, 3)]) for m in BELIEF_NUMBERS.finditer(text)]
             replies = [hit for hit in lines if all(m for h, m in zip(hit, mask, strict=True) if h)]  # one a reply
             learned = np.zeros(len(mask), dtype=bool)
             for k in example["relabelled"]:
                 learned |= np.asarray(replies[k], dtype=bool)
             if keep_actions:
-                for m in re.finditer(ACTION_NAME, text):
+                for m in ACTION_NAME.finditer(text):
                     hit = np.asarray(span_tokens(offsets, [m.span(1)]), dtype=bool)
                     learned |= hit & np.asarray(mask, dtype=bool)
             example["loss_weights"] = learned.astype(float).tolist()

@@ -53,9 +53,9 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
     for raw_key, value in values.items():
         key = str(raw_key).replace("-", "_")
         head, _, rest = key.partition(".")
-        if head not in fields and head in getattr(cls, "RETIRED", {}):
-            raise RhythmError(f"{where}: {raw_key!r} is no longer a key of {cls.__name__}: {cls.RETIRED[head]}")
         if head not in fields:
+            if head in getattr(cls, "RETIRED", {}):  # a knob that left the product says where it went
+                raise RhythmError(f"{where}: {raw_key!r} is no longer a key of {cls.__name__}: {cls.RETIRED[head]}")
             moved = [f"{name}.{head}" for name in fields if dataclasses.is_dataclass(hints[name])
                      and head in {f.name for f in dataclasses.fields(hints[name])}]  # a key that lives in a section
             suggestion = f"; did you mean {moved[0]!r}?" if moved else _suggest(head, fields)

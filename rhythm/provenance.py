@@ -8,7 +8,6 @@ import platform
 import shlex
 import sys
 from importlib import metadata
-from pathlib import Path
 
 from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
@@ -58,11 +57,11 @@ def now_iso() -> str:
 def command_line() -> str:
     """The running command as it was typed: ``rhythm ...`` (the console script), ``python -m MODULE ...`` (what
     ``accelerate launch -m`` and Hugging Face Jobs run) or ``python SCRIPT ...`` (a benchmark)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if Path(sys.argv[0]).name == "rhythm" or spec is None and not sys.argv[0].endswith(".py"):
-        head = ["rhythm"]
-    elif spec is not None:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)  # set under python -m only
+    if spec is not None:
         head = ["python", "-m", spec.name.removesuffix(".__main__")]
-    else:
+    elif sys.argv[0].endswith(".py"):
         head = ["python", sys.argv[0]]
+    else:
+        head = ["rhythm"]
     return shlex.join([*head, *sys.argv[1:]])

@@ -224,7 +224,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     except OSError as err:
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
     tokenized = tokenize(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
-                                  echo_loss=cfg.echo_loss)
+                         echo_loss=cfg.echo_loss)
     data = {name: Dataset.from_list(split) for name, split in tokenized.items() if split}
     try:
         trainer = weighted_sft_trainer(
