@@ -25,15 +25,22 @@ import typing
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 import yaml
+from annotated_types import Ge, Interval
 from pydantic import TypeAdapter, ValidationError
 
 from rhythm.errors import RhythmError
 
 T = TypeVar("T")
+
+# Bounds a config field declares in its type, checked by :func:`check_bounds` (pydantic reads them).
+Positive = Annotated[int, Ge(1)]
+NonNegative = Annotated[float, Ge(0)]
+Unit = Annotated[float, Interval(ge=0, le=1)]
+Share = Annotated[float, Interval(ge=0, lt=1)]
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -179,9 +186,30 @@ def load_config(
         given = {k: None if v is NULL else v for k, v in overrides.items() if v is not None}
         values = _apply(cls, values, given, "command line")
     try:
-        return cls(**values)
+        config = cls(**values)
     except (TypeError, ValueError) as err:
         raise RhythmError(f"invalid {cls.__name__}: {err}") from None
+    check_bounds(config)
+    return config
+
+
+def check_bounds(config: Any, prefix: str = "") -> None:
+    """The bounds ``config``'s fields declare in their types (``Positive``, ``Unit``, ``Annotated[float, Gt(0)]``),
+    sections included: a :class:`RhythmError` names the first field outside them."""
+    hints = typing.get_type_hints(type(config), include_extras=True)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            check_bounds(value, f"{prefix}{f.name}.")
+        elif _bounded(hints[f.name]):
+            try:
+                TypeAdapter(hints[f.name]).validate_python(value)
+            except ValidationError as err:
+                raise RhythmError(f"{prefix}{f.name}={value!r}: {err.errors()[0]['msg'].lower()}") from None
+
+
+def _bounded(hint: Any) -> bool:
+    return typing.get_origin(hint) is Annotated or any(_bounded(a) for a in typing.get_args(hint))
 
 
 def config_dict(config: Any) -> dict[str, Any]:

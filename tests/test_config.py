@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rhythm.config import config_hash, load_config, parse_overrides, write_config
+from rhythm.config import Positive, Share, Unit, check_bounds, config_hash, load_config, parse_overrides, write_config
 from rhythm.errors import RhythmError
 
 
@@ -172,3 +174,33 @@ def test_shipped_variants_change_only_what_they_state() -> None:
         assert {k for k in resolved if resolved[k] != of_base[k]} == set(own), name
     step = config_dict(load_config(GRPORunConfig, "grpo-tiny.yaml", ["step.every_k_steps=2"]))["step"]
     assert step["every_k_steps"] == 2 and step["strip_reasoning"] is True and step["gradient_accumulation_steps"] == 1
+
+
+@dataclass(frozen=True)
+class Bounded:
+    share: Share = 0.1
+    weight: Unit | None = None
+    steps: Positive = 1
+    inner: Inner = field(default_factory=Inner)
+
+
+@dataclass(frozen=True)
+class Sectioned:
+    section: Bounded = field(default_factory=Bounded)
+
+
+@given(share=st.floats(-2, 2, allow_nan=False), weight=st.one_of(st.none(), st.floats(-2, 2, allow_nan=False)),
+       steps=st.integers(-3, 3))
+def test_bounds_declared_in_a_field_type_are_checked_on_load_and_on_demand(share, weight, steps) -> None:
+    """A value inside every declared bound loads; one outside is refused in one line that names the field (with
+    its section) and the value, whether it came from the command line or a config built in code."""
+    sets = [f"section.share={share}", f"section.weight={'null' if weight is None else weight}", f"section.steps={steps}"]
+    inside = 0 <= share < 1 and (weight is None or 0 <= weight <= 1) and steps >= 1
+    if inside:
+        assert load_config(Sectioned, None, sets).section == Bounded(share, weight, steps)
+        check_bounds(Sectioned(Bounded(share, weight, steps)))
+        return
+    first = ("share", share) if not 0 <= share < 1 else ("weight", weight) if weight is not None and not 0 <= weight <= 1 else ("steps", steps)
+    for attempt in (lambda: load_config(Sectioned, None, sets), lambda: check_bounds(Sectioned(Bounded(share, weight, steps)))):
+        with pytest.raises(RhythmError, match=rf"^section\.{first[0]}={first[1]!r}: input should be "):
+            attempt()

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar, Union
 
 import orjson
 
-from rhythm.config import load_config, write_config
+from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.train.hub import push_folder
@@ -42,9 +42,9 @@ class TrainRunConfig:
     data: str = "data/teacher_30ep.jsonl"
     """Teacher episodes JSONL; several files separated by commas; - reads stdin."""
     # --- optimisation
-    warmup_ratio: float = 0.03
+    warmup_ratio: Share = 0.03
     """Share of the steps spent warming the learning rate up from 0."""
-    weight_decay: float = 0.0
+    weight_decay: NonNegative = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global norm."""
@@ -57,11 +57,11 @@ class TrainRunConfig:
     # --- LoRA (PEFT; GRPO: a fresh adapter only, a loaded adapter keeps its own shape)
     use_peft: bool = True
     """Train a LoRA adapter; false = full fine-tuning (saves the whole model)."""
-    lora_r: int = 16
+    lora_r: Positive = 16
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: Positive = 32
     """LoRA scaling numerator (the update is scaled by alpha / r)."""
-    lora_dropout: float = 0.05
+    lora_dropout: Share = 0.05
     """Dropout on the LoRA path during training."""
     lora_target_modules: list[str] = field(default_factory=lambda: list(QWEN_LINEAR))
     """Modules that get adapters (names inside the model); [all-linear] = every linear layer but the LM head."""
@@ -91,12 +91,11 @@ def data_paths(cfg: TrainRunConfig) -> list[str]:
 
 
 def check_shared(cfg: Any) -> None:
-    """The checks of what both stages have: steps, sizes, dtype, a push's repo and, for a local run, the data files."""
+    """The checks of what both stages have: the bounds their fields declare, steps, dtype, a push's repo and, for a
+    local run, the data files."""
+    check_bounds(cfg)
     if cfg.max_steps == 0 or cfg.max_steps < -1:
         raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
-    for name in ("per_device_train_batch_size", "logging_steps", "save_steps", "lora_r", "lora_alpha"):
-        if getattr(cfg, name) < 1:
-            raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
         raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
     if cfg.push_to_hub and not cfg.hub_model_id:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rhythm.agents.tiny import resolve_model
+from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
 from rhythm.train.common import (
     LOG_NAME,
@@ -61,7 +62,7 @@ class SFTRunConfig(TrainRunConfig):
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"
     """Hub id or local path of the student; ``rhythm-tiny`` = the offline tiny Qwen2 built locally."""
     # --- data
-    val_fraction: float = 0.1
+    val_fraction: Share = 0.1
     """Share of episodes (never steps) held out for validation loss; 0 = no validation."""
     min_score: float | None = None
     """Keep only episodes whose score.final_score is at least this (None = all)."""
@@ -69,13 +70,13 @@ class SFTRunConfig(TrainRunConfig):
     """Train on the BELIEF/ACTION lines only instead of the full reasoning."""
     drop_parse_failures: bool = True
     """Leave out weeks with a teacher reply that names no valid ACTION."""
-    observation_loss: float = 0.0
+    observation_loss: Unit = 0.0
     """Loss weight of the rest of the week (observations, prompt, markup) beside the replies' 1; 0 = assistant-only."""
-    echo_loss: float | None = None
+    echo_loss: Unit | None = None
     """Loss weight of the action name each observation echoes (``After DEEP_WORK:``); None = observation_loss."""
-    first_turns: int | None = None
+    first_turns: Positive | None = None
     """Train on each week's first N turns only, a curriculum stage (None: whole weeks)."""
-    max_length: int = 1024
+    max_length: Positive = 1024
     """Tokens per example; longer examples are dropped (and counted), never truncated."""
     # --- optimisation
     num_train_epochs: float = 3.0
@@ -86,20 +87,20 @@ class SFTRunConfig(TrainRunConfig):
     """Peak learning rate (LoRA wants ~1e-4..3e-4, full fine-tuning ~1e-5)."""
     lr_scheduler_type: str = "cosine"
     """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
-    per_device_train_batch_size: int = 4
+    per_device_train_batch_size: Positive = 4
     """Examples per device per forward pass."""
-    per_device_eval_batch_size: int = 8
+    per_device_eval_batch_size: Positive = 8
     """Examples per device per forward pass of the validation loss."""
-    gradient_accumulation_steps: int = 4
+    gradient_accumulation_steps: Positive = 4
     """Forward passes per optimizer step (effective batch = this x batch size x devices)."""
     # --- evaluation, logging, checkpoints
-    eval_steps: int = 50
+    eval_steps: Positive = 50
     """Validation loss every N optimizer steps (and once at the end)."""
     eval_on_start: bool = True
     """Validation loss before the first step: the baseline the curve starts from."""
-    logging_steps: int = 10
+    logging_steps: Positive = 10
     """Training loss (and learning rate, grad norm, tokens) every N steps."""
-    save_steps: int = 100
+    save_steps: Positive = 100
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
     output_dir: str = "runs/sft"
     """Adapter, tokenizer, checkpoints, training_log.jsonl and the effective config go here."""
@@ -114,19 +115,6 @@ def validate(cfg: SFTRunConfig) -> None:
         raise RhythmError("no data given; pass --data FILE (a teacher episodes JSONL)")
     if cfg.max_steps == -1 and cfg.num_train_epochs <= 0:
         raise RhythmError("num_train_epochs must be positive when max_steps is -1")
-    for name in ("per_device_eval_batch_size", "gradient_accumulation_steps", "eval_steps", "max_length"):
-        if getattr(cfg, name) < 1:
-            raise RhythmError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if not 0.0 <= cfg.val_fraction < 1.0:
-        raise RhythmError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
-    if cfg.first_turns is not None and cfg.first_turns < 1:
-        raise RhythmError(f"first_turns must be >= 1 or null, got {cfg.first_turns}")
-    if not 0.0 <= cfg.observation_loss <= 1.0:
-        raise RhythmError(f"observation_loss must be in [0, 1], got {cfg.observation_loss}")
-    if cfg.echo_loss is not None and not 0.0 <= cfg.echo_loss <= 1.0:
-        raise RhythmError(f"echo_loss must be in [0, 1] or null, got {cfg.echo_loss}")
-    if not 0.0 <= cfg.lora_dropout < 1.0 or not 0.0 <= cfg.warmup_ratio < 1.0:
-        raise RhythmError("lora_dropout and warmup_ratio must be in [0, 1)")
     check_shared(cfg)
 
 

@@ -159,14 +159,14 @@ def test_a_branch_under_several_futures(sft_model, greedy_week):
 
 @pytest.mark.parametrize("values, generations, match", [
     (dict(group="best"), 8, "branch.group must be sampled or pair"),
-    (dict(futures=0), 8, "branch.futures must be >= 1"),
+    (dict(futures=0), 8, "branch.futures=0: input should be greater than or equal to 1"),
     (dict(group="pair"), 8, "set num_generations=2"),
-    (dict(agree_z=-1.0), 8, "branch.agree_z must be >= 0"),
+    (dict(agree_z=-1.0), 8, "branch.agree_z=-1.0: input should be greater than or equal to 0"),
     (dict(agree_z=2.0, futures=6), 8, "needs branch.group=pair"),
     (dict(agree_z=2.0, group="pair", futures=1), 2, "branch.futures >= 2"),
     (dict(challenger="best"), 2, "branch.challenger must be runner_up or restore"),
     (dict(challenger="restore"), 8, "needs branch.group=pair"),
-    (dict(group="pair", restore_below=0.0), 2, r"restore_below must be in \(0, 1\]"),
+    (dict(group="pair", restore_below=0.0), 2, "branch.restore_below=0.0: input should be greater than 0"),
     (dict(group="pair", restore_only=True), 2, "restore_only .* needs branch.challenger=restore"),
 ])
 def test_branch_settings_are_checked(values, generations, match):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Annotated, Union
 
+from annotated_types import Ge, Gt, Interval
+
+from rhythm.config import NonNegative, Positive, check_bounds
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import looks_local
@@ -23,13 +26,13 @@ class StepMode:
     """``mode: step``: one prompt per recorded state of the data's weeks (the conversation up to it), each
     reply rewarded by ``reward_funcs``."""
 
-    every_k_steps: int = 1
+    every_k_steps: Positive = 1
     """Keep every k-th step of each episode (seeded offset per episode)."""
     max_prompts: int | None = None
     """At most this many prompts, a seeded random subset (None = all)."""
     strip_reasoning: bool = False
     """Earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
-    gradient_accumulation_steps: int = 2
+    gradient_accumulation_steps: Positive = 2
     """Forward passes per optimizer step."""
     generation_batch_size: int | None = None
     """Completions generated at once (None = per_device_train_batch_size x gradient_accumulation_steps x
@@ -51,10 +54,10 @@ class BranchMode:
     """sampled: num_generations replies sampled per state; pair: the policy's greedy reply and the same belief
     line with its runner-up action (num_generations 2; the last step's states are left out, since there the
     score judges the belief, which the two replies share)."""
-    futures: int = 1
+    futures: Positive = 1
     """Futures each branch is played under: the person's own noise, and futures - 1 redrawn from the branch
     step on (the env's ``future`` option); the reward is the mean of their final scores."""
-    agree_z: float = 0.0
+    agree_z: NonNegative = 0.0
     """group pair: a pair moves the policy only where its futures agree, i.e. where the runner-up's gain over
     the greedy action (per future, the same noise for both) is at least agree_z standard errors from 0; the
     other pairs get equal rewards, so no gradient. 0 = every pair moves it."""
@@ -63,7 +66,7 @@ class BranchMode:
     restore: where a meter (not progress) is below restore_below and one action can keep it off the crash line,
     that action (the one that raises it most by the env's neutral effects; at night only SLEEP:
     :func:`rhythm.train.grpo.pairs.restoring_action`), else the runner-up."""
-    restore_below: float = 0.25
+    restore_below: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """challenger restore: a meter below this counts as running low."""
     restore_only: bool = False
     """challenger restore: train only on the states where a restoring action is named (the KL anchor and the
@@ -75,11 +78,11 @@ class EpisodeMode:
     """``mode: episode``: the student plays whole weeks (people from the data), each reply rewarded with its
     week's final score; one generation batch of weeks per optimizer step (its size derived)."""
 
-    every_k_turns: int = 1
+    every_k_turns: Positive = 1
     """Train on every k-th turn of each week (every turn is still played)."""
     max_episodes: int | None = None
     """At most this many people, in a seeded order (None = all in data)."""
-    episodes_per_step: int = 1
+    episodes_per_step: Positive = 1
     """People per generation batch (each plays num_generations weeks)."""
 
 
@@ -116,11 +119,11 @@ class GRPORunConfig(TrainRunConfig):
     rollout_conditions: list[str] = field(default_factory=lambda: ["in-dist"])
     """Conditions of the student's rollouts."""
     # --- GRPO
-    num_generations: int = 8
+    num_generations: Annotated[int, Ge(2)] = 8
     """Replies sampled per prompt (the group GRPO normalises rewards within); >= 2."""
-    max_completion_length: int = 384
+    max_completion_length: Positive = 384
     """Reply budget in tokens (a Qwen2.5 teacher-style reply is ~150-250 tokens)."""
-    temperature: float = 1.0
+    temperature: Annotated[float, Gt(0)] = 1.0
     """Sampling temperature of the replies (the loss uses the same one)."""
     top_p: float = 1.0
     """Nucleus sampling of the replies: keep the most likely tokens up to this probability mass (1: all)."""
@@ -136,13 +139,13 @@ class GRPORunConfig(TrainRunConfig):
     """PPO-style clipping of the importance ratio."""
     scale_rewards: str = "group"
     """group | batch | none: divide advantages by the reward std of the group / the batch / not at all."""
-    num_iterations: int = 1
+    num_iterations: Positive = 1
     """Optimisation passes per generated batch (mu in the GRPO paper)."""
     mask_truncated_completions: bool = False
     """Leave replies cut off at max_completion_length out of the loss."""
-    anchor_weight: float = 0.0
+    anchor_weight: NonNegative = 0.0
     """Weight of the KL from the starting policy on states outside the batch (rhythm.train.grpo.anchor); 0 = none."""
-    anchor_states: int = 16
+    anchor_states: Positive = 16
     """States the anchor's KL is measured on at each optimizer step (drawn from a fixed pool of the prompts)."""
     # --- optimisation
     max_steps: int = 300
@@ -153,18 +156,18 @@ class GRPORunConfig(TrainRunConfig):
     """Peak learning rate (LoRA: ~1e-5..5e-5; TRL's default 1e-6 is for full fine-tuning)."""
     lr_scheduler_type: str = "constant_with_warmup"
     """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: Positive = 8
     """Completions (not prompts) per device per forward pass."""
     # --- logging, checkpoints
-    logging_steps: int = 5
+    logging_steps: Positive = 5
     """Loss, rewards per function, lengths every N steps."""
-    save_steps: int = 50
+    save_steps: Positive = 50
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
     output_dir: str = "runs/grpo"
     """Adapter, tokenizer, checkpoints, training_log.jsonl, reward_log.jsonl and the effective config."""
     log_replies: bool = True
     """Write every reply's text into reward_log.jsonl (false: state, action and rewards only)."""
-    probe_states: int = 32
+    probe_states: Annotated[int, Ge(0)] = 32
     """Fixed states the policy is probed on at every logging step (probe/kl, probe/action_changed,
     probe/belief_shift in training_log.jsonl); 0 = no probe."""
     # --- Hugging Face Jobs
@@ -195,21 +198,9 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError("reward final_score is the score of a played week: it needs mode=episode")
     if "branch_score" in cfg.reward_funcs and cfg.mode != "branch":
         raise RhythmError("reward branch_score is the score of the week a reply leads to: it needs mode=branch")
-    if cfg.probe_states < 0:
-        raise RhythmError(f"probe_states must be >= 0, got {cfg.probe_states}")
     if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):
         raise RhythmError(f"reward_weights has {len(cfg.reward_weights)} values for {len(cfg.reward_funcs)} reward_funcs")
     check_shared(cfg)
-    if cfg.num_generations < 2:
-        raise RhythmError(f"num_generations must be >= 2 (GRPO compares replies within a group), got {cfg.num_generations}")
-    numbers = {"max_completion_length": cfg.max_completion_length, "num_iterations": cfg.num_iterations,
-               "step.every_k_steps": cfg.step.every_k_steps, "step.gradient_accumulation_steps": cfg.step.gradient_accumulation_steps,
-               "episode.every_k_turns": cfg.episode.every_k_turns, "episode.episodes_per_step": cfg.episode.episodes_per_step}
-    for name, value in numbers.items():
-        if value < 1:
-            raise RhythmError(f"{name} must be >= 1, got {value}")
-    if cfg.temperature <= 0:
-        raise RhythmError(f"temperature must be > 0, got {cfg.temperature}")
     if cfg.loss_type not in LOSS_TYPES:
         raise RhythmError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {cfg.loss_type!r}")
     if cfg.scale_rewards not in ("group", "batch", "none"):
@@ -237,8 +228,6 @@ def validate(cfg: GRPORunConfig) -> None:
             f"{cfg.num_generations} weeks x {cfg.episode.episodes_per_step} people); per_device_train_batch_size "
             f"({cfg.per_device_train_batch_size}) must divide it"
         )
-    if cfg.anchor_weight < 0 or cfg.anchor_states < 1:
-        raise RhythmError(f"anchor_weight must be >= 0 and anchor_states >= 1, got {cfg.anchor_weight} and {cfg.anchor_states}")
     if cfg.anchor_weight > 0 and cfg.mode == "episode":
         raise RhythmError("anchor_weight draws its states from the prompts of step or branch mode; episode mode has none")
     if cfg.mode == "branch":
@@ -262,22 +251,17 @@ def validate(cfg: GRPORunConfig) -> None:
 
 def validate_branch(branch: BranchMode, num_generations: int) -> None:
     """The ``branch:`` section's own rules."""
+    check_bounds(branch, "branch.")
     if branch.group not in ("sampled", "pair"):
         raise RhythmError(f"branch.group must be sampled or pair, got {branch.group!r}")
-    if branch.futures < 1:
-        raise RhythmError(f"branch.futures must be >= 1, got {branch.futures}")
     if branch.group == "pair" and num_generations != 2:
         raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
-    if branch.agree_z < 0:
-        raise RhythmError(f"branch.agree_z must be >= 0, got {branch.agree_z}")
     if branch.challenger not in ("runner_up", "restore"):
         raise RhythmError(f"branch.challenger must be runner_up or restore, got {branch.challenger!r}")
     if branch.challenger == "restore" and branch.group != "pair":
         raise RhythmError("branch.challenger=restore picks the second reply of a pair: it needs branch.group=pair")
     if branch.restore_only and branch.challenger != "restore":
         raise RhythmError("branch.restore_only keeps the states a restoring action is named at: it needs branch.challenger=restore")
-    if not 0 < branch.restore_below <= 1:
-        raise RhythmError(f"branch.restore_below must be in (0, 1], got {branch.restore_below}")
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")
