@@ -37,11 +37,10 @@ import orjson
 
 from rhythm.agents.base import Decision
 from rhythm.agents.episodes import play_batch, replay
-from rhythm.agents.filtering import filter_beliefs
 from rhythm.agents.model import decision_of
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
-from rhythm.protocol import format_ending, parse_reply
+from rhythm.protocol import parse_reply
 from rhythm.train.grpo.config import BranchMode
 from rhythm.train.grpo.pairs import agreed_rewards, pair_replies, restoring_action
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
@@ -169,30 +168,8 @@ def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[st
     return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
 
 
-def filter_challengers(rows: Sequence[dict[str, Any]], context: bool = False
-                       ) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
-    """Each row's belief by the benchmark's bayes filter: its posterior mean from the week's own actions and
-    observations before the row's state (:func:`rhythm.agents.filtering.filter_beliefs`), rounded as stated;
-    ``context``: the rows' earlier replies state the filter's beliefs too (the actions as played)."""
-    out: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * len(rows)
-    rows = list(rows)
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, r in enumerate(rows):
-        groups[len(r["prefix"])].append(i)
-    for t, idx in groups.items():
-        weeks = [{**rows[i], "steps": [{"action": a} for a in [*rows[i]["prefix"], "SLEEP"]]} for i in idx]
-        for i, b in zip(idx, filter_beliefs(weeks), strict=True):
-            out[i] = tuple(round(float(v), 2) for v in b[t])
-            if context:
-                k = iter(range(t))
-                prompt = [{**m, "content": format_ending(b[j], parse_reply(m["content"]).action)}
-                          if m.get("role") == "assistant" and (j := next(k)) is not None else m for m in rows[i]["prompt"]]
-                rows[i] = {**rows[i], "prompt": prompt}
-    return rows, out
-
-
 def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: BranchMode = BranchMode(),
-                        challengers: Sequence[Any] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
+                        challengers: Sequence[str | None] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
     """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows); ``challengers``: each
     row's named second reply for ``group: pair`` (:func:`restore_challengers`; None: the runner-up everywhere)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}

@@ -68,8 +68,6 @@ class BranchMode:
     :func:`rhythm.train.grpo.pairs.restoring_action`), else the runner-up."""
     restore_below: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """challenger restore: a meter below this counts as running low."""
-    filter_context: bool = False
-    """challenger filter: the earlier replies in each prompt state the filter's beliefs (the actions as played)."""
     restore_only: bool = False
     """challenger restore: train only on the states where a restoring action is named (the KL anchor and the
     probe still draw from every state)."""
@@ -258,10 +256,10 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
         raise RhythmError(f"branch.group must be sampled or pair, got {branch.group!r}")
     if branch.group == "pair" and num_generations != 2:
         raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
-    if branch.challenger not in ("runner_up", "restore", "filter"):
-        raise RhythmError(f"branch.challenger must be runner_up, restore or filter, got {branch.challenger!r}")
-    if branch.challenger != "runner_up" and branch.group != "pair":
-        raise RhythmError(f"branch.challenger={branch.challenger} picks the second reply of a pair: it needs branch.group=pair")
+    if branch.challenger not in ("runner_up", "restore"):
+        raise RhythmError(f"branch.challenger must be runner_up or restore, got {branch.challenger!r}")
+    if branch.challenger == "restore" and branch.group != "pair":
+        raise RhythmError("branch.challenger=restore picks the second reply of a pair: it needs branch.group=pair")
     if branch.restore_only and branch.challenger != "restore":
         raise RhythmError("branch.restore_only keeps the states a restoring action is named at: it needs branch.challenger=restore")
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):

@@ -29,7 +29,6 @@ import numpy as np
 
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, CRASH_THRESHOLD, N_SLOTS, NIGHT, SLEEP, P
 from rhythm.env.dynamics import BASE_EFFECT, SLEEP_MULT
-from rhythm.protocol import format_ending
 from rhythm.train.grpo.probe import greedy_replies, reply_logprobs
 
 
@@ -84,10 +83,10 @@ def restoring_action(meters: Sequence[float], t: int, below: float) -> str | Non
 
 
 def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],
-                 max_new_tokens: int, challengers: Sequence[Any] | None = None) -> list[list[int]]:
+                 max_new_tokens: int, challengers: Sequence[str | None] | None = None) -> list[list[int]]:
     """Two replies per prompt, in order (prompt 0's pair, prompt 1's, ...): the greedy belief line with the
     policy's most likely action, then with ``challengers[n]`` where one is named and differs from it, else
-    with the policy's runner-up; a named belief (a tuple) replaces the belief line instead, the action kept."""
+    with the policy's runner-up."""
     greedy = greedy_replies(model, prompt_ids, pad_id, stop_ids, max_new_tokens)
     texts = tokenizer.batch_decode([[t for t in g if t not in stop_ids] for g in greedy], skip_special_tokens=True)
     out = []
@@ -96,10 +95,6 @@ def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]]
         order = np.argsort(-action_logprobs(model, ids, candidates, pad_id), kind="stable")
         second = int(order[1])
         named = challengers[n] if challengers is not None else None
-        if isinstance(named, tuple):  # a belief: the same action after the named belief line
-            out += [candidates[order[0]], tokenizer(format_ending(named, ACTIONS[int(order[0])]), add_special_tokens=False)
-                    ["input_ids"] + [stop_ids[0]]]
-            continue
         if named is not None and ACTION_INDEX[named] != int(order[0]):
             second = ACTION_INDEX[named]
         out += [candidates[order[0]], candidates[second]]

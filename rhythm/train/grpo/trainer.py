@@ -64,7 +64,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
-from rhythm.train.grpo.branch import filter_challengers, make_branch_rollout, restore_challengers
+from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
 from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
@@ -203,10 +203,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
 
     if has_rollouts(cfg):
         rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
-    if cfg.mode == "branch" and cfg.branch.challenger == "filter":  # the last step, where the belief is judged
-        rows = [r for r in rows if int(r["t"]) == EPISODE_STEPS - 1]
-        say(f"branch.challenger=filter: {len(rows)} prompts at the last step")
-    elif cfg.mode == "branch" and cfg.branch.group == "pair":  # at the last step a pair shares what is judged
+    if cfg.mode == "branch" and cfg.branch.group == "pair":  # at the last step a pair shares what is judged
         rows = [r for r in rows if int(r["t"]) < EPISODE_STEPS - 1]
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
         if not rows:
@@ -214,9 +211,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     train_rows, named = rows, None
     if cfg.mode == "branch" and cfg.branch.challenger == "restore":
         named = restore_challengers(rows, cfg.branch.restore_below)
-    if cfg.mode == "branch" and cfg.branch.challenger == "filter":
-        rows, named = filter_challengers(rows, context=cfg.branch.filter_context)
-        train_rows = rows
     if cfg.mode == "branch" and cfg.branch.restore_only:  # the anchor and the probe still draw from every state
         train_rows = [r for r, c in zip(rows, named, strict=True) if c is not None]
         say(f"branch.restore_only: {len(train_rows)} of {len(rows)} prompts have a meter to keep off the crash line")
