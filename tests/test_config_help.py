@@ -42,12 +42,15 @@ def test_help_config_lists_every_field_with_type_default_and_help(run_cli, comma
     listed = [line.split(":", 1)[0] for line in out.splitlines() if line and not line.startswith(" ") and " = " in line]
     assert listed == [f.name for f in dataclasses.fields(cls)]
     if cls is GRPORunConfig:
-        assert "num_generations: int = 8\n    Replies sampled per prompt" in out
+        assert "num_generations: int (>= 2) = 8\n    Replies sampled per prompt" in out  # the bound the type declares
+        assert "temperature: float (> 0) = 1.0\n" in out
         assert "reward_weights: list[float] | None = [0.2, 0.25, 1.0]\n" in out
+    else:
+        assert "val_fraction: float (>= 0, < 1) = 0.1\n" in out and "echo_loss: float (>= 0, <= 1) | None = null\n" in out
 
 
 def test_help_config_imports_no_torch() -> None:
     code = ("import sys\nfrom rhythm.cli.main import main\ntry:\n    main(['grpo', '--help-config'])\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules, 'transformers' in sys.modules, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "num_generations: int = 8" in done.stdout and done.stderr.split() == ["False", "False"]
+    assert "num_generations: int (>= 2) = 8" in done.stdout and done.stderr.split() == ["False", "False"]

@@ -33,6 +33,10 @@ def field_docs(cls: type) -> dict[str, str]:
 def _type_name(hint: Any) -> str:
     """``str | None``, ``bool | 'auto'``, ``list[str]``: a type as the YAML user reads it."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:  # a declared bound (rhythm.config.check_bounds): int (>= 1), float (>= 0, < 1)
+        ops = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+        bounds = [f"{sym} {getattr(m, k)}" for m in hint.__metadata__ for k, sym in ops.items() if getattr(m, k, None) is not None]
+        return f"{_type_name(args[0])} ({', '.join(bounds)})" if bounds else _type_name(args[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in args)
     if origin is typing.Literal:
@@ -60,7 +64,7 @@ def _yaml(value: Any) -> str:
 
 def config_fields(cls: type) -> list[tuple[str, str, str, str]]:
     """``(name, type, default as YAML, help)`` for every field of a config dataclass, in order."""
-    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    hints, docs = typing.get_type_hints(cls, include_extras=True), field_docs(cls)
     return [(f.name, _type_name(hints[f.name]), _yaml(_default(f)), docs.get(f.name, "")) for f in dataclasses.fields(cls)]
 
 
