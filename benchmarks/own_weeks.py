@@ -40,7 +40,7 @@ from rhythm.train.data import (
     DataReport,
     build_examples,
     final_score,
-    rendered_offsets,
+    render_weeks,
     span_tokens,
     tokenize_examples,
     training_template,
@@ -143,10 +143,8 @@ def filter_weights(rows: dict[str, list[dict[str, Any]]], tokenizer, max_length:
         marked = [e for e in examples if e.get("relabelled") is not None]
         if not marked:
             continue
-        masks = tokenizer.apply_chat_template([e["messages"] for e in marked], chat_template=template, tokenize=True,
-                                              return_dict=True, return_assistant_tokens_mask=True)["assistant_masks"]
-        texts = rendered_offsets(marked, [e["input_ids"] for e in marked], tokenizer, template, "own_weeks.py filter")
-        for example, mask, (text, offsets) in zip(marked, masks, texts, strict=True):
+        enc = render_weeks(marked, tokenizer, template, offsets=True)
+        for example, mask, text, offsets in zip(marked, enc["assistant_masks"], enc["text"], enc["offset_mapping"], strict=True):
             lines = [span_tokens(offsets, [m.span(g) for g in (1, 2, 3)]) for m in BELIEF_NUMBERS.finditer(text)]
             replies = [hit for hit in lines if all(m for h, m in zip(hit, mask, strict=True) if h)]  # one a reply
             learned = np.zeros(len(mask), dtype=bool)

@@ -188,10 +188,8 @@ def tokenize_examples(
         kept = []
         for i in range(0, len(examples), chunk):
             batch = examples[i : i + chunk]
-            enc = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=True,
-                                                return_dict=True, return_assistant_tokens_mask=True)
-            echoes = ([echo_tokens(*t) for t in rendered_offsets(batch, enc["input_ids"], tokenizer, template, "echo_loss")]
-                      if echo else [None] * len(batch))
+            enc = render_weeks(batch, tokenizer, template, offsets=echo)
+            echoes = map(echo_tokens, enc["text"], enc["offset_mapping"]) if echo else [None] * len(batch)
             for example, ids, mask, echoed in zip(batch, enc["input_ids"], enc["assistant_masks"], echoes, strict=True):
                 report.max_tokens = max(report.max_tokens, len(ids))
                 if max_length is not None and len(ids) > max_length:
@@ -246,16 +244,16 @@ def echo_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
     return span_tokens(offsets, (m.span(1) for m in ECHOED_ACTION.finditer(text)))
 
 
-def rendered_offsets(batch: list[dict[str, Any]], input_ids: list[list[int]], tokenizer, template: str | None,
-                     needs: str) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Each rendered week's text and its tokens' character offsets (a fast tokenizer's), for loss weights placed
-    on the text (``needs``: what asks for them); a week must tokenize back to the chat template's tokens."""
-    if not getattr(tokenizer, "is_fast", False):
-        raise RhythmError(f"{needs} needs a fast tokenizer (character offsets)")
-    texts = tokenizer.apply_chat_template([e["messages"] for e in batch], chat_template=template, tokenize=False)
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-    for example, ids, again in zip(batch, input_ids, enc["input_ids"], strict=True):
-        if list(again) != list(ids):
-            raise RhythmError(f"episode {example['episode']}: the rendered week does not tokenize back to the chat "
-                              f"template's tokens, so {needs} cannot place its loss weights")
-    return list(zip(texts, enc["offset_mapping"], strict=True))
+def render_weeks(batch: list[dict[str, Any]], tokenizer, template: str | None, offsets: bool = False) -> dict[str, list]:
+    """Each week rendered and tokenized once, as TRL would: ``input_ids`` and ``assistant_masks``; with ``offsets``
+    also its ``text`` and its tokens' character ``offset_mapping`` (a fast tokenizer's, from the same call), for loss
+    weights placed on the text."""
+    if offsets and not getattr(tokenizer, "is_fast", False):
+        raise RhythmError("loss weights placed on the text (echo_loss) need a fast tokenizer (character offsets)")
+    messages = [e["messages"] for e in batch]
+    enc = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True,
+                                        tokenizer_kwargs={"return_offsets_mapping": True} if offsets else None)
+    if offsets:
+        enc["text"] = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+    return enc
