@@ -168,61 +168,6 @@ def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[st
     return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
 
 
-class _TeacherWatches:
-    """Plays each week's recorded actions (the teacher's own where none is recorded) while the bayes teacher watches
-    the week and states its choice at every step (``chosen``)."""
-
-    name = "teacher-watches"
-
-    def __init__(self, actions: dict[int, Sequence[str]]) -> None:
-        from rhythm.agents.teachers import BayesAgent, TeacherConfig
-
-        self.actions, self.teacher = actions, BayesAgent(TeacherConfig())
-
-    def reset(self, episodes: list[Any]) -> None:
-        self.teacher.reset(episodes)
-        self.seeds = [int(e.seed) for e in episodes]
-        self.chosen: list[list[int]] = [[] for _ in episodes]
-
-    def act(self, obs: Any) -> list[Decision]:
-        out = []
-        for i, label in enumerate(self.teacher.act(obs)):
-            self.chosen[i].append(int(label.action))
-            played = self.actions[self.seeds[i]]
-            action = ACTION_INDEX[played[obs.t]] if obs.t < len(played) else int(label.action)
-            out.append(Decision(action, label.belief, label.text))
-        return out
-
-
-def teacher_challengers(rows: Sequence[dict[str, Any]]) -> list[str | None]:
-    """Each row's challenger for ``challenger: teacher``: the bayes teacher's action at the row's state (its filter
-    reads the week as the student played it) where it differs from the action the student played there, else None.
-    A week's played actions are read off its rows' prefixes, so a row whose action no other row records (the
-    week's last recorded state) gets None."""
-    from rhythm.env.constants import ACTIONS
-
-    weeks: dict[tuple[str, str, int], list[str]] = {}
-    for r in rows:
-        key = (str(r["condition"]), str(r["split"]), int(r["seed"]))
-        if len(r["prefix"]) > len(weeks.get(key, [])):
-            weeks[key] = list(r["prefix"])
-    by_group: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for condition, split, seed in weeks:
-        by_group[(condition, split)].append(seed)
-    chosen: dict[tuple[str, str, int], list[int]] = {}
-    for (condition, split), seeds in by_group.items():
-        agent = _TeacherWatches({s: weeks[(condition, split, s)] for s in seeds})
-        play_batch(agent, condition, split, seeds)
-        chosen.update({(condition, split, s): c for s, c in zip(seeds, agent.chosen, strict=True)})
-    out: list[str | None] = []
-    for r in rows:
-        key, t = (str(r["condition"]), str(r["split"]), int(r["seed"])), int(r["t"])
-        played = weeks[key]
-        teacher = ACTIONS[chosen[key][t]]
-        out.append(teacher if t < len(played) and played[t] != teacher else None)
-    return out
-
-
 def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: BranchMode = BranchMode(),
                         challengers: Sequence[str | None] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
     """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows); ``challengers``: each

@@ -256,11 +256,11 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
         raise RhythmError(f"branch.group must be sampled or pair, got {branch.group!r}")
     if branch.group == "pair" and num_generations != 2:
         raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
-    if branch.challenger not in ("runner_up", "restore", "teacher"):
-        raise RhythmError(f"branch.challenger must be runner_up, restore or teacher, got {branch.challenger!r}")
-    if branch.challenger in ("restore", "teacher") and branch.group != "pair":
+    if branch.challenger not in ("runner_up", "restore"):
+        raise RhythmError(f"branch.challenger must be runner_up or restore, got {branch.challenger!r}")
+    if branch.challenger == "restore" and branch.group != "pair":
         raise RhythmError("branch.challenger=restore picks the second reply of a pair: it needs branch.group=pair")
-    if branch.restore_only and branch.challenger not in ("restore", "teacher"):
+    if branch.restore_only and branch.challenger != "restore":
         raise RhythmError("branch.restore_only keeps the states a restoring action is named at: it needs branch.challenger=restore")
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "

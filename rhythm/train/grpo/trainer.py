@@ -64,7 +64,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
-from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers, teacher_challengers
+from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
 from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
@@ -203,18 +203,12 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
 
     if has_rollouts(cfg):
         rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
-    teacher = teacher_challengers(rows) if cfg.mode == "branch" and cfg.branch.challenger == "teacher" else None
     if cfg.mode == "branch" and cfg.branch.group == "pair":  # at the last step a pair shares what is judged
-        if teacher is not None:
-            teacher = [c for r, c in zip(rows, teacher, strict=True) if int(r["t"]) < EPISODE_STEPS - 1]
         rows = [r for r in rows if int(r["t"]) < EPISODE_STEPS - 1]
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
         if not rows:
             raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
-    train_rows, named = rows, teacher
-    if teacher is not None:
-        say(f"branch.challenger=teacher: the bayes teacher would act otherwise at {sum(c is not None for c in teacher)} "
-            f"of {len(rows)} prompts")
+    train_rows, named = rows, None
     if cfg.mode == "branch" and cfg.branch.challenger == "restore":
         named = restore_challengers(rows, cfg.branch.restore_below)
     if cfg.mode == "branch" and cfg.branch.restore_only:  # the anchor and the probe still draw from every state
