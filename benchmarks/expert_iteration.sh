@@ -9,7 +9,7 @@
 # Extra arguments go to rhythm sft's --set. docs/grpo.md ("Expert iteration") has the figures.
 # VARIANT=filter learns the same plays as DAgger for the belief instead (every week, its beliefs replaced by the
 # bayes filter's; benchmarks/configs/own-weeks-filter.yaml; docs/grpo.md, ninth round). On the full-data quickstart
-# student, ~3 min on 2 cores, +0.010 to +0.014 in-dist on the eval split (docs/grpo.md, thirteenth round):
+# student, ~3 min on 2 cores, +0.010 to +0.014 in-dist on the eval split in 3 seeds (docs/grpo.md, round 13):
 #   VARIANT=filter bash benchmarks/expert_iteration.sh runs/quickstart/sft runs/quickstart/data/teacher.jsonl OUT \
 #       5512-6023 2 --set max_steps=120 --set learning_rate=1e-3
 set -euo pipefail
