@@ -143,9 +143,6 @@ class GRPORunConfig(TrainRunConfig):
     """Optimisation passes per generated batch (mu in the GRPO paper)."""
     mask_truncated_completions: bool = False
     """Leave replies cut off at max_completion_length out of the loss."""
-    winners_only: bool = False
-    """Only replies that beat their group's mean move the policy: negative advantages count as 0 (a pair's loser is
-    not pushed down, so a won comparison raises the winner at that state without lowering its rival everywhere)."""
     anchor_weight: NonNegative = 0.0
     """Weight of the KL from the starting policy on states outside the batch (rhythm.train.grpo.anchor); 0 = none."""
     anchor_states: Positive = 16

@@ -230,10 +230,10 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer)
-    trainer_cls = winners_only(GRPOTrainer) if cfg.winners_only else GRPOTrainer
+    trainer_cls = GRPOTrainer
     if cfg.anchor_weight > 0:
         pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
-        trainer_cls = anchored(trainer_cls, Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer),
+        trainer_cls = anchored(GRPOTrainer, Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer),
                                                    cfg.anchor_states, cfg.seed), cfg.anchor_weight)
     trainer = trainer_cls(
         model=model,
@@ -247,17 +247,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         rollout_func=rollout,
     )
     return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
-
-
-def winners_only(trainer_cls: type) -> type:
-    """``trainer_cls`` whose loss sees each negative advantage as 0 (``winners_only``)."""
-
-    class WinnersOnlyTrainer(trainer_cls):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = {**inputs, "advantages": inputs["advantages"].clamp(min=0)}
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    return WinnersOnlyTrainer
 
 
 def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> PolicyProbe | None:
