@@ -152,3 +152,24 @@ def test_meditate_below_forces_meditate_only_where_serenity_is_low():
             if step.action != mine.action:  # from here on the weeks differ
                 assert step.action == "MEDITATE"
                 break
+
+
+def test_the_restore_rule_plays_the_restore_pairs_action_wherever_one_is_named():
+    """benchmarks/serenity_room.py --rule restore: wherever ``restoring_action`` names an action at the state the agent
+    sees, that action is played, with the inner agent's belief; elsewhere the inner agent's own action."""
+    from rhythm.train.grpo.pairs import restoring_action
+
+    room = load_benchmark("serenity_room")
+    specs = [EpisodeSpec("ood", "train", s) for s in range(6)]
+    agent = room.MeditateBelow(make_agent("bayes"), 0.25, rule="restore")
+    weeks = play(agent, specs)
+    named = 0
+    for week in weeks:
+        for t, step in enumerate(week.steps):
+            seen = week.steps[t - 1].meters if t else None
+            action = restoring_action(seen, t, 0.25) if seen is not None else None
+            if action is not None:
+                named += 1
+                assert step.action == action
+            assert parse_reply(step.response).action_name == step.action
+    assert named > 0 and agent.forced > 0

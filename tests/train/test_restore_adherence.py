@@ -1,0 +1,69 @@
+"""benchmarks/restore_adherence.py: where the restore pairs name an action, how often a week played it, and the
+probability a model gives it there."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
+from rhythm.agents.registry import make_agent
+from rhythm.env.rhythm_env import RhythmEnv
+from rhythm.errors import RhythmError
+from rhythm.records import JsonlWriter
+from rhythm.train.grpo.pairs import restoring_action
+from tests.train.helpers import load_benchmark
+
+SPECS = [EpisodeSpec("ood", "train", s) for s in range(6)]
+
+
+@pytest.fixture(scope="module")
+def weeks():
+    """bayes's own ood weeks and the same people with the restore rule forced (benchmarks/serenity_room.py)."""
+    room = load_benchmark("serenity_room")
+    own = [r.to_dict() for r in play(make_agent("bayes"), SPECS)]
+    ruled = [r.to_dict() for r in play(room.MeditateBelow(make_agent("bayes"), 0.25, rule="restore"), SPECS)]
+    return own, ruled
+
+
+def test_the_rules_own_weeks_play_it_everywhere_and_the_teachers_do_not(weeks):
+    probe = load_benchmark("restore_adherence")
+    own, ruled = weeks
+    forced = probe.adherence(ruled, 0.25)
+    assert forced["weeks"] == len(SPECS) and forced["named_per_week"] > 0 and forced["played_share"] == 1.0
+    assert probe.adherence(own, 0.25)["played_share"] < 1.0
+    assert probe.adherence(own, 0.0)["named_per_week"] == 0  # no meter is below 0
+
+
+def test_named_states_read_the_meters_the_agent_saw(weeks):
+    probe = load_benchmark("restore_adherence")
+    own, _ = weeks
+    record = own[0]
+    env = RhythmEnv(condition="ood", split="train")
+    obs, _ = env.reset(seed=record["seed"])
+    np.testing.assert_allclose(probe.start_meters(record), obs[:5], atol=1e-6)  # the observation opens with the 5 meters
+    for rec, t, action in probe.named_states(own, 0.3):
+        seen = probe.start_meters(rec) if t == 0 else rec["steps"][t - 1]["meters"]
+        assert restoring_action(seen, t, 0.3) == action
+
+
+@pytest.mark.slow
+def test_the_command_reports_each_file_and_each_model(weeks, sft_model, tmp_path, capsys):
+    probe = load_benchmark("restore_adherence")
+    own, _ = weeks
+    path = tmp_path / "own.jsonl"
+    with JsonlWriter(path) as w:
+        for r in own:
+            w.write(r)
+    args = argparse.Namespace(episodes=[str(path)], condition="ood", below=0.3, model=[str(sft_model)], states=4, seed=0)
+    probe.run(args)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["played_share"] == probe.adherence(own, 0.3)["played_share"]
+    assert lines[1]["model"] == str(sft_model) and lines[1]["states"] == 4
+    assert 0.0 <= lines[1]["p_rule_action"] <= 1.0 and 0.0 <= lines[1]["rule_action_most_likely"] <= 1.0
+    with pytest.raises(RhythmError, match="no in-dist week"):
+        probe.run(argparse.Namespace(**{**vars(args), "condition": "in-dist", "model": []}))
