@@ -8,6 +8,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def pin_one_core() -> str:
@@ -42,3 +43,14 @@ def report(name: str, results: dict, targets: dict | None = None) -> None:
     print(json.dumps(out), flush=True)
     if targets and not all(out["met"].values()) and "--check" in sys.argv:
         sys.exit(1)
+
+
+def run_or_exit(name: str, run: Callable[[Any], None], args: Any) -> None:
+    """``run(args)``; a :class:`rhythm.errors.RhythmError` becomes one ``NAME: error: ...`` line and exit code 2."""
+    from rhythm.errors import RhythmError
+
+    try:
+        run(args)
+    except RhythmError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        sys.exit(2)

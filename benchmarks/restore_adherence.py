@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report  # noqa: E402
+from _common import report, run_or_exit  # noqa: E402
 
 from rhythm.agents.episodes import replay  # noqa: E402
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS  # noqa: E402
@@ -35,8 +35,7 @@ from rhythm.train.grpo.pairs import restoring_action  # noqa: E402
 
 def start_meters(record: dict[str, Any]) -> np.ndarray:
     """The meters the agent saw before its first action (the env replayed to step 0)."""
-    done = replay(record["condition"], record["split"], [int(record["seed"])], np.zeros((1, 0), dtype=np.int64))
-    return done.final_meters[0]
+    return replay(record["condition"], record["split"], [int(record["seed"])], np.zeros((1, 0), dtype=np.int64)).start_meters[0]
 
 
 def named_states(records: list[dict[str, Any]], below: float) -> list[tuple[dict[str, Any], int, str]]:
@@ -95,11 +94,7 @@ def main() -> None:
     ap.add_argument("--states", type=int, default=200, help="named states of the first file the models are read on")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    try:
-        run(args)
-    except RhythmError as err:
-        print(f"restore_adherence: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_or_exit("restore_adherence", run, args)
 
 
 def run(args: argparse.Namespace) -> None:

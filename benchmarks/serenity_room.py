@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report  # noqa: E402
+from _common import report, run_or_exit  # noqa: E402
 
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec  # noqa: E402
 from rhythm.agents.episodes import play  # noqa: E402
 from rhythm.agents.model import ModelAgent  # noqa: E402
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, CONDITIONS, MEDITATE, NIGHT, S  # noqa: E402
-from rhythm.errors import RhythmError  # noqa: E402
 from rhythm.model.load import ModelOptions  # noqa: E402
 from rhythm.protocol import format_ending  # noqa: E402
 from rhythm.records import JsonlWriter  # noqa: E402
@@ -79,11 +78,7 @@ def main() -> None:
     ap.add_argument("--output", required=True, help="episodes JSONL")
     ap.add_argument("--batch-size", type=int, default=128)
     args = ap.parse_args()
-    try:
-        run(args)
-    except RhythmError as err:
-        print(f"serenity_room: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_or_exit("serenity_room", run, args)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -67,3 +67,20 @@ def test_the_command_reports_each_file_and_each_model(weeks, sft_model, tmp_path
     assert 0.0 <= lines[1]["p_rule_action"] <= 1.0 and 0.0 <= lines[1]["rule_action_most_likely"] <= 1.0
     with pytest.raises(RhythmError, match="no in-dist week"):
         probe.run(argparse.Namespace(**{**vars(args), "condition": "in-dist", "model": []}))
+
+
+def test_bad_input_is_one_line_and_exit_code_2(weeks, tmp_path):
+    """The probe's error funnel (benchmarks/_common.run_or_exit): a file with no week of the condition asked for."""
+    import subprocess
+    import sys
+
+    from tests.train.helpers import REPO
+
+    path = tmp_path / "ood.jsonl"
+    with JsonlWriter(path) as w:
+        for r in weeks[0]:
+            w.write(r)
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_adherence.py"), str(path), "--condition",
+                           "in-dist"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"restore_adherence: error: {path}: no in-dist week"
