@@ -125,6 +125,24 @@ def test_the_pair_is_the_greedy_reply_and_the_runner_up(four_states):
         assert [one.action_name, two.action_name] == ranked
 
 
+def test_a_group_of_k_is_the_k_most_likely_actions_and_a_named_challenger_takes_the_last_place(four_states):
+    model, tokenizer, stop, ids = four_states
+    pairs = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16)
+    tens = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16, k=len(ACTIONS))
+    fours = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16, k=4)
+    for n in range(len(ids)):
+        ten = tens[len(ACTIONS) * n:len(ACTIONS) * (n + 1)]
+        assert ten[:2] == pairs[2 * n:2 * n + 2], "the pair is the first two of the ranking"
+        assert fours[4 * n:4 * n + 4] == ten[:4]
+        assert sorted(parse_reply(tokenizer.decode(r, skip_special_tokens=True)).action_name for r in ten) == sorted(ACTIONS)
+    outside = [parse_reply(tokenizer.decode(tens[len(ACTIONS) * n + 9], skip_special_tokens=True)).action_name
+               for n in range(len(ids))]
+    named = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16, outside, k=4)
+    for n, c in enumerate(outside):
+        assert named[4 * n:4 * n + 3] == fours[4 * n:4 * n + 3]
+        assert parse_reply(tokenizer.decode(named[4 * n + 3], skip_special_tokens=True)).action_name == c
+
+
 def test_a_named_challenger_replaces_the_runner_up_unless_it_is_the_greedy_action(four_states):
     model, tokenizer, stop, ids = four_states
     plain = pair_replies(model, tokenizer, ids, tokenizer.pad_token_id, stop, 16)
@@ -160,7 +178,7 @@ def test_a_branch_under_several_futures(sft_model, greedy_week):
 @pytest.mark.parametrize("values, generations, match", [
     (dict(group="best"), 8, "branch.group must be sampled or pair"),
     (dict(futures=0), 8, "branch.futures=0: input should be greater than or equal to 1"),
-    (dict(group="pair"), 8, "set num_generations=2"),
+    (dict(group="pair"), 12, "set num_generations between 2 and 10"),
     (dict(agree_z=-1.0), 8, "branch.agree_z=-1.0: input should be greater than or equal to 0"),
     (dict(agree_z=2.0, futures=6), 8, "needs branch.group=pair"),
     (dict(agree_z=2.0, group="pair", futures=1), 2, "branch.futures >= 2"),

@@ -241,9 +241,10 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: Bra
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
-            if settings.group == "pair":  # TRL repeats each prompt num_generations (2) times in a row
-                completion_ids = pair_replies(model, tokenizer, prompt_ids[::2], pad_id, stop_ids, int(g.max_new_tokens),
-                                              [restore.get(prompt_key(p)) for p in prompts[::2]])
+            if settings.group == "pair":  # TRL repeats each prompt num_generations (k) times in a row
+                k = int(trainer.num_generations)
+                completion_ids = pair_replies(model, tokenizer, prompt_ids[::k], pad_id, stop_ids, int(g.max_new_tokens),
+                                              [restore.get(prompt_key(p)) for p in prompts[::k]], k)
             else:
                 ids, mask = left_pad(prompt_ids, pad_id)
                 torch.manual_seed(trainer.args.seed * 100_003 + trainer.state.global_step + 1)

@@ -52,8 +52,9 @@ class BranchMode:
 
     group: str = "sampled"
     """sampled: num_generations replies sampled per state; pair: the policy's greedy reply and the same belief
-    line with its runner-up action (num_generations 2; the last step's states are left out, since there the
-    score judges the belief, which the two replies share)."""
+    line with its runner-up action (num_generations 2; with num_generations k up to 10, its k most likely
+    actions; the last step's states are left out, since there the score judges the belief, which the replies
+    share)."""
     futures: Positive = 1
     """Futures each branch is played under: the person's own noise, and futures - 1 redrawn from the branch
     step on (the env's ``future`` option); the reward is the mean of their final scores."""
@@ -261,8 +262,9 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
     check_bounds(branch, "branch.")
     if branch.group not in ("sampled", "pair"):
         raise RhythmError(f"branch.group must be sampled or pair, got {branch.group!r}")
-    if branch.group == "pair" and num_generations != 2:
-        raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
+    if branch.group == "pair" and not 2 <= num_generations <= 10:
+        raise RhythmError(f"branch.group=pair compares the policy's k most likely actions per state: set num_generations "
+                          f"between 2 and 10 (got {num_generations})")
     if branch.challenger not in ("runner_up", "restore"):
         raise RhythmError(f"branch.challenger must be runner_up or restore, got {branch.challenger!r}")
     if branch.challenger == "restore" and branch.group != "pair":
@@ -274,7 +276,7 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
     if branch.continuation == "replay" and branch.group != "pair":
         raise RhythmError("branch.continuation=replay plays a pair's two actions in the same recorded week: it needs "
                           "branch.group=pair")
-    if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
+    if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2 or num_generations != 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")
 
