@@ -34,30 +34,3 @@ def test_anchor_is_zero_at_the_start_and_is_the_forward_kl_once_moved(prompts, s
     kl.backward()
     assert model.lm_head.weight.grad is not None and float(model.lm_head.weight.grad.abs().sum()) > 0
     assert Anchor(prompts, tokenizer, 16, [tokenizer.eos_token_id], per_step=99, seed=0).per_step == len(prompts)
-
-
-def test_winners_only_zeroes_negative_advantages_and_composes_with_the_anchor():
-    import torch
-
-    from rhythm.train.grpo.anchor import anchored
-    from rhythm.train.grpo.trainer import winners_only
-
-    class Base:  # stands in for GRPOTrainer: its loss reads the advantages it is given
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            return inputs["advantages"].sum()
-
-    class Pool:
-        def kl(self, model):
-            return torch.tensor(0.5)
-
-    class Model:
-        training = True
-
-    advantages = torch.tensor([1.0, -1.0, 0.25, -0.25])
-    trainer = winners_only(Base)()
-    trainer._metrics = {"train": {"anchor/kl": []}}
-    assert float(trainer.compute_loss(Model(), {"advantages": advantages})) == pytest.approx(1.25)
-    both = anchored(winners_only(Base), Pool(), weight=2.0)()
-    both._metrics = {"train": {"anchor/kl": []}}
-    assert float(both.compute_loss(Model(), {"advantages": advantages})) == pytest.approx(1.25 + 1.0)
-    assert float(Base().compute_loss(Model(), {"advantages": advantages})) == pytest.approx(0.0)

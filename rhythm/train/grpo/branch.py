@@ -38,10 +38,7 @@ import orjson
 from rhythm.agents.base import Decision
 from rhythm.agents.episodes import play_batch, replay
 from rhythm.agents.model import decision_of
-from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
-from rhythm.errors import RhythmError
-from rhythm.grader import score_episode
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import parse_reply
 from rhythm.train.grpo.config import BranchMode
@@ -151,48 +148,6 @@ def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_t
     return scores
 
 
-def played_weeks(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[int]]:
-    """Each week's recorded actions (indices), read off its rows' ``prefix`` and ``action``; weeks whose rows stop
-    before the last step are left out."""
-    weeks: dict[tuple[str, str, int], list[int]] = {}
-    for r in rows:
-        key = (str(r["condition"]), str(r["split"]), int(r["seed"]))
-        actions = [*r["prefix"], r["action"]]
-        if len(actions) > len(weeks.get(key, [])):
-            weeks[key] = [ACTION_INDEX[a] for a in actions]
-    return {k: v for k, v in weeks.items() if len(v) == EPISODE_STEPS}
-
-
-def replay_scores(branches: Sequence[tuple[State, str]], played: dict[tuple[str, str, int], list[int]],
-                  futures: int = 1) -> list[dict[str, Any]]:
-    """``continuation: replay``: each (state, reply) branch's week is its recorded week with the reply's action at the
-    branch step, the recorded actions before and after it (open loop), under ``futures`` futures; graded as eval
-    grades, with the reply's belief as the week's last (a pair shares it, so it cancels in their difference).
-    Returns what :func:`branch_scores` returns."""
-    by_split: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, (state, _) in enumerate(branches):
-        by_split[(state.condition, state.split)].append(i)
-    draws = np.zeros((len(branches), futures))
-    for (condition, split), idx in by_split.items():
-        actions = np.array([played[(condition, split, branches[i][0].seed)] for i in idx], dtype=np.int64)
-        parsed = [parse_reply(branches[i][1]) for i in idx]
-        for row, (i, p) in enumerate(zip(idx, parsed, strict=True)):
-            actions[row, branches[i][0].t] = p.action
-        first = np.array([branches[i][0].t for i in idx])
-        for d in range(futures):
-            env = BatchedRhythmEnv(condition, split, len(idx))
-            env.reset(seed=[branches[i][0].seed for i in idx], options={"future": d, "future_from": first})
-            returns, crashes = np.zeros(len(idx)), np.zeros(len(idx), dtype=np.int64)
-            for t in range(EPISODE_STEPS):
-                res = env.step_raw(actions[:, t])
-                returns += res.reward
-                crashes += res.crashes
-            for row, (i, p) in enumerate(zip(idx, parsed, strict=True)):
-                draws[i, d] = score_episode(returns[row], int(crashes[row]), p.belief, env.belief_targets[row],
-                                            condition).final_score
-    return [{"final_score": float(d.mean()), "draws": [float(x) for x in d]} for d in draws]
-
-
 def state_meters(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     """The meters the student sees at each row's state: its week replayed through the actions played before it
     (``prefix``), rows of one condition, split and step in one lockstep batch."""
@@ -214,17 +169,10 @@ def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[st
 
 
 def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: BranchMode = BranchMode(),
-                        challengers: Sequence[str | None] | None = None,
-                        played: dict[tuple[str, str, int], list[int]] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
+                        challengers: Sequence[str | None] | None = None) -> Callable[[list[Any], Any], dict[str, Any]]:
     """TRL ``rollout_func`` for branch mode over the dataset ``rows`` (step mode's rows); ``challengers``: each
-    row's named second reply for ``group: pair`` (:func:`restore_challengers`; None: the runner-up everywhere);
-    ``played``: ``continuation: replay``'s recorded weeks (default: :func:`played_weeks` of ``rows``)."""
+    row's named second reply for ``group: pair`` (:func:`restore_challengers`; None: the runner-up everywhere)."""
     states = {prompt_key(r["prompt"]): State.of_row(r) for r in rows}
-    if settings.continuation == "replay" and played is None:
-        played = played_weeks(rows)
-    played = played or {}
-    if settings.continuation == "replay" and any((s.condition, s.split, s.seed) not in played for s in states.values()):
-        raise RhythmError("branch.continuation=replay needs every step of each prompt's week (every_k_steps: 1)")
     restore = dict(zip((prompt_key(r["prompt"]) for r in rows), challengers, strict=True)) if challengers is not None else {}
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -241,10 +189,9 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: Bra
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
-            if settings.group == "pair":  # TRL repeats each prompt num_generations (k) times in a row
-                k = int(trainer.num_generations)
-                completion_ids = pair_replies(model, tokenizer, prompt_ids[::k], pad_id, stop_ids, int(g.max_new_tokens),
-                                              [restore.get(prompt_key(p)) for p in prompts[::k]], k)
+            if settings.group == "pair":  # TRL repeats each prompt num_generations (2) times in a row
+                completion_ids = pair_replies(model, tokenizer, prompt_ids[::2], pad_id, stop_ids, int(g.max_new_tokens),
+                                              [restore.get(prompt_key(p)) for p in prompts[::2]])
             else:
                 ids, mask = left_pad(prompt_ids, pad_id)
                 torch.manual_seed(trainer.args.seed * 100_003 + trainer.state.global_step + 1)
@@ -264,10 +211,7 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: Bra
                     branch_of[key] = len(branches)
                     branches.append((state, text))
                 index.append(branch_of[key])
-            if settings.continuation == "replay":
-                scores = replay_scores(branches, played, settings.futures)
-            else:
-                scores = branch_scores(model, tokenizer, stop_ids, int(g.max_new_tokens), branches, name, settings.futures)
+            scores = branch_scores(model, tokenizer, stop_ids, int(g.max_new_tokens), branches, name, settings.futures)
         rewards = [float(scores[j]["final_score"]) for j in index]
         if settings.agree_z > 0:
             rewards, _ = agreed_rewards(rewards, [scores[j]["draws"] for j in index], settings.agree_z)

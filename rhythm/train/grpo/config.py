@@ -52,9 +52,8 @@ class BranchMode:
 
     group: str = "sampled"
     """sampled: num_generations replies sampled per state; pair: the policy's greedy reply and the same belief
-    line with its runner-up action (num_generations 2; with num_generations k up to 10, its k most likely
-    actions; the last step's states are left out, since there the score judges the belief, which the replies
-    share)."""
+    line with its runner-up action (num_generations 2; the last step's states are left out, since there the
+    score judges the belief, which the two replies share)."""
     futures: Positive = 1
     """Futures each branch is played under: the person's own noise, and futures - 1 redrawn from the branch
     step on (the env's ``future`` option); the reward is the mean of their final scores."""
@@ -72,10 +71,6 @@ class BranchMode:
     restore_only: bool = False
     """challenger restore: train only on the states where a restoring action is named (the KL anchor and the
     probe still draw from every state)."""
-    continuation: str = "policy"
-    """What plays the week after a branch's reply. policy: the policy, greedy, as eval plays (VinePPO's value).
-    replay: the week's own recorded actions, open loop, so a pair's two weeks differ in the reply's action alone;
-    no generation, so many futures cost next to nothing (group pair only)."""
 
 
 @dataclass(frozen=True)
@@ -148,9 +143,6 @@ class GRPORunConfig(TrainRunConfig):
     """Optimisation passes per generated batch (mu in the GRPO paper)."""
     mask_truncated_completions: bool = False
     """Leave replies cut off at max_completion_length out of the loss."""
-    winners_only: bool = False
-    """Only replies that beat their group's mean move the policy: negative advantages count as 0 (a pair's loser is
-    not pushed down, so a won comparison raises the winner at that state without lowering its rival everywhere)."""
     anchor_weight: NonNegative = 0.0
     """Weight of the KL from the starting policy on states outside the batch (rhythm.train.grpo.anchor); 0 = none."""
     anchor_states: Positive = 16
@@ -262,21 +254,15 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
     check_bounds(branch, "branch.")
     if branch.group not in ("sampled", "pair"):
         raise RhythmError(f"branch.group must be sampled or pair, got {branch.group!r}")
-    if branch.group == "pair" and not 2 <= num_generations <= 10:
-        raise RhythmError(f"branch.group=pair compares the policy's k most likely actions per state: set num_generations "
-                          f"between 2 and 10 (got {num_generations})")
+    if branch.group == "pair" and num_generations != 2:
+        raise RhythmError(f"branch.group=pair compares two replies per state: set num_generations=2 (got {num_generations})")
     if branch.challenger not in ("runner_up", "restore"):
         raise RhythmError(f"branch.challenger must be runner_up or restore, got {branch.challenger!r}")
     if branch.challenger == "restore" and branch.group != "pair":
         raise RhythmError("branch.challenger=restore picks the second reply of a pair: it needs branch.group=pair")
     if branch.restore_only and branch.challenger != "restore":
         raise RhythmError("branch.restore_only keeps the states a restoring action is named at: it needs branch.challenger=restore")
-    if branch.continuation not in ("policy", "replay"):
-        raise RhythmError(f"branch.continuation must be policy or replay, got {branch.continuation!r}")
-    if branch.continuation == "replay" and branch.group != "pair":
-        raise RhythmError("branch.continuation=replay plays a pair's two actions in the same recorded week: it needs "
-                          "branch.group=pair")
-    if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2 or num_generations != 2):
+    if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")
 

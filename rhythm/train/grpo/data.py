@@ -147,7 +147,6 @@ def state_row(record: dict[str, Any], step: dict[str, Any], prefix: list[str], s
         "seed": int(record["seed"]),
         "t": int(step["t"]),
         "prefix": list(prefix),
-        "action": str(step["action"]),
         "episode": f"{record['condition']}/{record['split']}/{record['seed']}",
         "source": source,
     }

@@ -83,20 +83,21 @@ def restoring_action(meters: Sequence[float], t: int, below: float) -> str | Non
 
 
 def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],
-                 max_new_tokens: int, challengers: Sequence[str | None] | None = None, k: int = 2) -> list[list[int]]:
-    """``k`` replies per prompt, in order (prompt 0's group, prompt 1's, ...): the greedy belief line with the
-    policy's ``k`` most likely actions, most likely first; the last of them replaced by ``challengers[n]`` where
-    one is named and is not among them. ``k = 2``: the policy's action and its runner-up (or the challenger)."""
+                 max_new_tokens: int, challengers: Sequence[str | None] | None = None) -> list[list[int]]:
+    """Two replies per prompt, in order (prompt 0's pair, prompt 1's, ...): the greedy belief line with the
+    policy's most likely action, then with ``challengers[n]`` where one is named and differs from it, else
+    with the policy's runner-up."""
     greedy = greedy_replies(model, prompt_ids, pad_id, stop_ids, max_new_tokens)
     texts = tokenizer.batch_decode([[t for t in g if t not in stop_ids] for g in greedy], skip_special_tokens=True)
     out = []
     for n, (ids, text) in enumerate(zip(prompt_ids, texts, strict=True)):
         candidates = action_candidates(tokenizer, text, stop_ids[0])
-        chosen = [int(a) for a in np.argsort(-action_logprobs(model, ids, candidates, pad_id), kind="stable")[:k]]
+        order = np.argsort(-action_logprobs(model, ids, candidates, pad_id), kind="stable")
+        second = int(order[1])
         named = challengers[n] if challengers is not None else None
-        if named is not None and ACTION_INDEX[named] not in chosen:
-            chosen[-1] = ACTION_INDEX[named]
-        out += [candidates[a] for a in chosen]
+        if named is not None and ACTION_INDEX[named] != int(order[0]):
+            second = ACTION_INDEX[named]
+        out += [candidates[order[0]], candidates[second]]
     return out
 
 

@@ -64,7 +64,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
-from rhythm.train.grpo.branch import make_branch_rollout, played_weeks, restore_challengers
+from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
 from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
@@ -203,7 +203,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
 
     if has_rollouts(cfg):
         rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
-    played = played_weeks(rows) if cfg.mode == "branch" and cfg.branch.continuation == "replay" else None
     if cfg.mode == "branch" and cfg.branch.group == "pair":  # at the last step a pair shares what is judged
         rows = [r for r in rows if int(r["t"]) < EPISODE_STEPS - 1]
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
@@ -227,14 +226,14 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if cfg.mode == "episode":
         rollout = make_week_rollout(f"grpo:{cfg.adapter or cfg.model_name_or_path}", out / ROLLOUTS_NAME)
     elif cfg.mode == "branch":
-        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}", cfg.branch, named, played)
+        rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}", cfg.branch, named)
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer)
-    trainer_cls = winners_only(GRPOTrainer) if cfg.winners_only else GRPOTrainer
+    trainer_cls = GRPOTrainer
     if cfg.anchor_weight > 0:
         pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
-        trainer_cls = anchored(trainer_cls, Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer),
+        trainer_cls = anchored(GRPOTrainer, Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer),
                                                    cfg.anchor_states, cfg.seed), cfg.anchor_weight)
     trainer = trainer_cls(
         model=model,
@@ -248,17 +247,6 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         rollout_func=rollout,
     )
     return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
-
-
-def winners_only(trainer_cls: type) -> type:
-    """``trainer_cls`` whose loss sees each negative advantage as 0 (``winners_only``)."""
-
-    class WinnersOnlyTrainer(trainer_cls):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = {**inputs, "advantages": inputs["advantages"].clamp(min=0)}
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    return WinnersOnlyTrainer
 
 
 def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> PolicyProbe | None:
