@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.protocol import parse_reply
-from rhythm.train.grpo.branch import State, branch_scores, played_weeks, replay_scores, state_meters
+from rhythm.train.grpo.branch import (
+    State,
+    branch_scores,
+    played_weeks,
+    replay_scores,
+    restore_challengers,
+    state_meters,
+)
 from rhythm.train.grpo.config import BranchMode, validate_branch
 from rhythm.train.grpo.pairs import agreed, agreed_rewards, pair_replies, restoring_action, shared_prefix
 from rhythm.train.grpo.probe import encode_prompts, greedy_replies
@@ -88,6 +95,21 @@ def test_state_meters_are_the_meters_the_week_recorded_before_each_step(greedy_w
         if t > 0:
             assert m == pytest.approx(record["steps"][t - 1]["meters"], abs=1e-6)
     assert len({tuple(m) for m in meters}) == len(rows)
+
+
+def test_a_contrast_state_is_the_nearest_calm_state_of_the_week_named_with_the_same_action(greedy_week):
+    from rhythm.env.constants import P
+
+    _, rows = greedy_week
+    meters = state_meters(rows)
+    named = restore_challengers(rows, 0.6)
+    contrast = restore_challengers(rows, 0.6, contrast=0.5)
+    assert any(named), "a bar of 0.6 names some state of the week"
+    calm = [i for i, m in enumerate(meters) if named[i] is None and min(np.delete(m, P)) >= 0.5]
+    partners = [i for i in range(len(rows)) if named[i] is None and contrast[i] is not None]
+    assert all(contrast[i] == named[i] for i in range(len(rows)) if named[i] is not None)
+    assert set(partners) <= set(calm) and len(partners) == min(len(calm), sum(c is not None for c in named))
+    assert {contrast[i] for i in partners} <= {c for c in named if c is not None}
 
 
 def test_shared_prefix():

@@ -39,7 +39,7 @@ from rhythm.agents.base import Decision
 from rhythm.agents.episodes import play_batch, replay
 from rhythm.agents.model import decision_of
 from rhythm.env.batched import BatchedRhythmEnv
-from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
+from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS, P
 from rhythm.errors import RhythmError
 from rhythm.grader import score_episode
 from rhythm.model.lockstep import LockstepChat
@@ -208,9 +208,26 @@ def state_meters(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     return out
 
 
-def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[str | None]:
-    """Each row's restoring action (:func:`rhythm.train.grpo.pairs.restoring_action` at its meters), or None."""
-    return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
+def restore_challengers(rows: Sequence[dict[str, Any]], below: float, contrast: float | None = None) -> list[str | None]:
+    """Each row's restoring action (:func:`rhythm.train.grpo.pairs.restoring_action` at its meters), or None. With
+    ``contrast``, each named row's nearest row of the same week where no meter (but progress) is below ``contrast``
+    is named with the same action: the same comparison where restoring does not pay."""
+    meters = state_meters(rows)
+    named = [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, meters, strict=True)]
+    if contrast is None:
+        return named
+    out = list(named)
+    weeks: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        weeks[str(r["episode"])].append(i)
+    for idx in weeks.values():
+        calm = [i for i in idx if named[i] is None and min(np.delete(meters[i], P)) >= contrast and out[i] is None]
+        for i in (i for i in idx if named[i] is not None):
+            free = [j for j in calm if out[j] is None]
+            if free:
+                j = min(free, key=lambda j: abs(int(rows[j]["t"]) - int(rows[i]["t"])))
+                out[j] = named[i]
+    return out
 
 
 def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: BranchMode = BranchMode(),

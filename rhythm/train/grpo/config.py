@@ -69,6 +69,9 @@ class BranchMode:
     :func:`rhythm.train.grpo.pairs.restoring_action`), else the runner-up."""
     restore_below: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """challenger restore: a meter below this counts as running low."""
+    restore_contrast: float | None = None
+    """challenger restore (experimental): also compare each named state's action at the nearest state of its week
+    where every meter but progress is at least this."""
     restore_only: bool = False
     """challenger restore: train only on the states where a restoring action is named (the KL anchor and the
     probe still draw from every state)."""

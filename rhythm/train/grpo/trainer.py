@@ -211,7 +211,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
             raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
     train_rows, named = rows, None
     if cfg.mode == "branch" and cfg.branch.challenger == "restore":
-        named = restore_challengers(rows, cfg.branch.restore_below)
+        named = restore_challengers(rows, cfg.branch.restore_below, cfg.branch.restore_contrast)
     if cfg.mode == "branch" and cfg.branch.restore_only:  # the anchor and the probe still draw from every state
         train_rows = [r for r, c in zip(rows, named, strict=True) if c is not None]
         say(f"branch.restore_only: {len(train_rows)} of {len(rows)} prompts have a meter to keep off the crash line")
