@@ -62,6 +62,7 @@ def adherence(records: list[dict[str, Any]], below: float) -> dict[str, Any]:
 
 def action_probabilities(model_path: str, states: list[tuple[dict[str, Any], int, str]]) -> dict[str, Any]:
     """Mean probability of the rule's action, and how often it is the most likely, at ``states``."""
+    from scipy.special import softmax
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rhythm.env.constants import ACTION_INDEX
@@ -77,9 +78,7 @@ def action_probabilities(model_path: str, states: list[tuple[dict[str, Any], int
         prompt = tokenizer.apply_chat_template(record_conversation(record, t), add_generation_prompt=True,
                                                tokenize=True, return_dict=True)["input_ids"]
         logp = action_logprobs(model, prompt, action_candidates(tokenizer, record["steps"][t]["response"], stop), pad)
-        p = np.exp(logp - logp.max())
-        p /= p.sum()
-        probs.append(float(p[ACTION_INDEX[action]]))
+        probs.append(float(softmax(logp)[ACTION_INDEX[action]]))
         top.append(int(np.argmax(logp)) == ACTION_INDEX[action])
     return {"model": model_path, "states": len(states), "p_rule_action": round(float(np.mean(probs)), 3),
             "rule_action_most_likely": round(float(np.mean(top)), 3)}
