@@ -36,9 +36,10 @@ from rhythm.seeds import parse_seeds  # noqa: E402
 from rhythm.train.grpo.pairs import restoring_action  # noqa: E402
 
 
-class MeditateBelow:
-    """``inner``'s replies, with MEDITATE wherever serenity is below ``below`` outside the night slot (a reply with
-    no belief stays as written)."""
+class RuledStudent:
+    """``inner``'s replies, with the rule's action wherever the rule names one (a reply with no belief stays as
+    written). ``rule``: ``serenity`` names MEDITATE where serenity is below ``below`` outside the night slot;
+    ``restore`` names :func:`restoring_action`'s action, for any meter but progress below ``below``."""
 
     def __init__(self, inner: Agent, below: float, rule: str = "serenity") -> None:
         self.inner, self.below, self.rule = inner, below, rule
@@ -83,7 +84,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     student = ModelAgent(args.model, ModelOptions(max_new_tokens=16, batch_size=args.batch_size))
-    agent = MeditateBelow(student, args.below, args.rule)
+    agent = RuledStudent(student, args.below, args.rule)
     started = time.perf_counter()
     records = play(agent, [EpisodeSpec(args.condition, args.split, s) for s in parse_seeds(args.seeds)],
                    batch_size=args.batch_size, model=args.model)

@@ -137,7 +137,7 @@ def test_meditate_below_forces_meditate_only_where_serenity_is_low():
 
     room = load_benchmark("serenity_room")
     specs = [EpisodeSpec("ood", "train", s) for s in range(6)]
-    agent = room.MeditateBelow(make_agent("bayes"), 0.3)
+    agent = room.RuledStudent(make_agent("bayes"), 0.3)
     forced = play(agent, specs)
     steps = [(w, t) for w in forced for t in range(len(w.steps))]
     # the meters an agent sees at step t are those after step t - 1
@@ -161,7 +161,7 @@ def test_the_restore_rule_plays_the_restore_pairs_action_wherever_one_is_named()
 
     room = load_benchmark("serenity_room")
     specs = [EpisodeSpec("ood", "train", s) for s in range(6)]
-    agent = room.MeditateBelow(make_agent("bayes"), 0.25, rule="restore")
+    agent = room.RuledStudent(make_agent("bayes"), 0.25, rule="restore")
     weeks = play(agent, specs)
     named = 0
     for week in weeks:

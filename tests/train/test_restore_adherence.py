@@ -26,7 +26,7 @@ def weeks():
     """bayes's own ood weeks and the same people with the restore rule forced (benchmarks/serenity_room.py)."""
     room = load_benchmark("serenity_room")
     own = [r.to_dict() for r in play(make_agent("bayes"), SPECS)]
-    ruled = [r.to_dict() for r in play(room.MeditateBelow(make_agent("bayes"), 0.25, rule="restore"), SPECS)]
+    ruled = [r.to_dict() for r in play(room.RuledStudent(make_agent("bayes"), 0.25, rule="restore"), SPECS)]
     return own, ruled
 
 
