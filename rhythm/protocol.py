@@ -158,6 +158,16 @@ def _match_belief(raw: str) -> tuple[float, float, float] | None:
     return None
 
 
+def before_action(text: str) -> str:
+    """What a reply says before its last ACTION line (its reasoning and belief), the whole reply when it has none:
+    the part an action follows, which a comparison of actions after the same reasoning keeps."""
+    lines = text.strip().splitlines()
+    for k in range(len(lines) - 1, -1, -1):
+        if _ACTION_LINE.search(_DECORATION.sub(" ", lines[k])):
+            return "\n".join(lines[:k]).strip()
+    return "\n".join(lines)
+
+
 def parse_reply(text: object) -> ParsedReply:
     """Parse a model's reply; never raises. The last valid ACTION and BELIEF lines win."""
     if not isinstance(text, str):

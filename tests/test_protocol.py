@@ -12,6 +12,7 @@ from rhythm.errors import RhythmError
 from rhythm.protocol import (
     FALLBACK_ACTION,
     SYSTEM_PROMPT,
+    before_action,
     conversation,
     format_ending,
     parse_reply,
@@ -214,3 +215,28 @@ def test_round_trip_with_decoration(reasoning, belief, action, upper, stars) -> 
     r = parse_reply(f"{reasoning}\n{ending}")
     assert r.ok and r.action == act(action)
     assert r.belief == pytest.approx(tuple(round(v, 2) for v in belief), abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    reasoning=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zl", "Zp", "Cc")), max_size=60)
+                       .filter(lambda s: "action" not in s.lower()), max_size=4),
+    belief=st.none() | beliefs,
+    action=st.sampled_from(ACTIONS),
+    other=st.sampled_from(ACTIONS),
+)
+def test_before_action_is_the_reply_less_its_action_line(reasoning, belief, action, other) -> None:
+    head = "\n".join([*reasoning, *([format_ending(belief, action).splitlines()[0]] if belief is not None else [])]).strip()
+    reply = f"{head}\nACTION: {action}" if head else f"ACTION: {action}"
+    assert before_action(reply) == head
+    swapped = parse_reply(f"{head}\nACTION: {other}" if head else f"ACTION: {other}")
+    assert swapped.ok and swapped.action == act(other) and swapped.belief == parse_reply(reply).belief
+    assert before_action(head) == head.strip(), "a reply with no ACTION line is kept whole"
+
+
+def test_before_action_keeps_a_reasoning_reply_up_to_its_last_action_line() -> None:
+    reply = ("Saw after SLEEP: anomaly V+0.05.\nPlan: MEDITATE is best.\nBELIEF: S=0.49 M=0.46 W=0.56\n"
+             "ACTION: NAP\n**ACTION:** meditate")
+    assert before_action(reply) == ("Saw after SLEEP: anomaly V+0.05.\nPlan: MEDITATE is best.\n"
+                                    "BELIEF: S=0.49 M=0.46 W=0.56\nACTION: NAP")
+    assert before_action("BELIEF: S=0.1 M=0.2 W=0.3\nACTION: DEE") == "BELIEF: S=0.1 M=0.2 W=0.3", "a cut action line"

@@ -19,7 +19,14 @@ from rhythm.errors import RhythmError
 from rhythm.protocol import parse_reply
 from rhythm.train.grpo.branch import State, branch_scores, state_meters
 from rhythm.train.grpo.config import BranchMode, validate_branch
-from rhythm.train.grpo.pairs import agreed, agreed_rewards, pair_replies, restoring_action, shared_prefix
+from rhythm.train.grpo.pairs import (
+    action_candidates,
+    agreed,
+    agreed_rewards,
+    pair_replies,
+    restoring_action,
+    shared_prefix,
+)
 from rhythm.train.grpo.probe import encode_prompts, greedy_replies
 
 from .helpers import REPO, load_model
@@ -123,6 +130,20 @@ def test_the_pair_is_the_greedy_reply_and_the_runner_up(four_states):
             logits = model(input_ids=torch.tensor([ids[n] + g[:k]])).logits[0, -1]
         ranked = [ACTIONS[i] for i in torch.argsort(logits[action_ids], descending=True)[:2].tolist()]
         assert [one.action_name, two.action_name] == ranked
+
+
+@pytest.mark.parametrize("head", [
+    "Saw after SLEEP (Mon night): anomaly V+0.05 C-0.02.\nPlan: MEDITATE is best.\nBELIEF: S=0.49 M=0.46 W=0.56",
+    "BELIEF: S=0.49 M=0.46 W=0.56",
+    "",
+])
+def test_each_candidate_is_what_the_reply_says_before_its_action_then_another_action(four_states, head):
+    """A reasoning student's pair keeps its reasoning and belief; a protocol-lines student's keeps its belief line."""
+    _, tokenizer, stop, _ = four_states
+    reply = f"{head}\nACTION: NAP" if head else "ACTION: NAP"
+    for action, ids in zip(ACTIONS, action_candidates(tokenizer, reply, stop[0]), strict=True):
+        assert ids[-1] == stop[0]
+        assert tokenizer.decode(ids[:-1]) == (f"{head}\nACTION: {action}" if head else f"ACTION: {action}")
 
 
 def test_a_named_challenger_replaces_the_runner_up_unless_it_is_the_greedy_action(four_states):

@@ -1,11 +1,12 @@
 """Branch mode's ``group: pair``: each state's group is the policy's own choice and its runner-up.
 
 A greedy policy's scores change only where its argmax changes, so the comparison that can move eval is
-between the action it plays and the one it would play next: the policy's greedy belief line followed by
-its most likely and its second most likely action (each action's log-probability summed over its tokens
-after that belief line). Both replies share the belief line, the person and the futures they are played
-under, so their score difference is what the action did. Sampled groups (``group: sampled``) mostly hold
-one action at a peaked student and compare it with actions it never plays (docs/grpo.md, fourth round).
+between the action it plays and the one it would play next: what the policy's greedy reply says before its
+action (the belief line; a reasoning student's reasoning too) followed by its most likely and its second most
+likely action (each action's log-probability summed over its tokens after that). Both replies share it, the
+person and the futures they are played under, so their score difference is what the action did. Sampled groups
+(``group: sampled``) mostly hold one action at a peaked student and compare it with actions it never plays
+(docs/grpo.md, fourth round).
 
 ``agreed`` keeps a pair's two rewards only where its futures agree on the sign of the difference (the
 runner-up's gain at least ``z`` standard errors from 0); elsewhere the two get their mean, no gradient.
@@ -29,14 +30,17 @@ import numpy as np
 
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, CRASH_THRESHOLD, N_SLOTS, NIGHT, SLEEP, P
 from rhythm.env.dynamics import BASE_EFFECT, SLEEP_MULT
+from rhythm.protocol import before_action
 from rhythm.train.grpo.probe import greedy_replies, reply_logprobs
 
 
 def action_candidates(tokenizer: Any, greedy_text: str, stop_id: int) -> list[list[int]]:
-    """Token ids of the greedy reply's first line followed by each action's line, one per action (stop
-    token last), in :data:`ACTIONS` order."""
-    belief = greedy_text.strip().split("\n")[0]
-    return [tokenizer(f"{belief}\nACTION: {a}", add_special_tokens=False)["input_ids"] + [stop_id] for a in ACTIONS]
+    """Token ids of what the greedy reply says before its action (:func:`rhythm.protocol.before_action`: the belief
+    line of a student that writes the protocol lines alone, the reasoning too of one that reasons) followed by each
+    action's line, one per action (stop token last), in :data:`ACTIONS` order."""
+    head = before_action(greedy_text)
+    head = f"{head}\n" if head else ""
+    return [tokenizer(f"{head}ACTION: {a}", add_special_tokens=False)["input_ids"] + [stop_id] for a in ACTIONS]
 
 
 def shared_prefix(rows: Sequence[Sequence[int]]) -> int:
@@ -84,9 +88,9 @@ def restoring_action(meters: Sequence[float], t: int, below: float) -> str | Non
 
 def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],
                  max_new_tokens: int, challengers: Sequence[str | None] | None = None) -> list[list[int]]:
-    """Two replies per prompt, in order (prompt 0's pair, prompt 1's, ...): the greedy belief line with the
-    policy's most likely action, then with ``challengers[n]`` where one is named and differs from it, else
-    with the policy's runner-up."""
+    """Two replies per prompt, in order (prompt 0's pair, prompt 1's, ...): the greedy reply's part before its
+    action with the policy's most likely action, then with ``challengers[n]`` where one is named and differs from
+    it, else with the policy's runner-up."""
     greedy = greedy_replies(model, prompt_ids, pad_id, stop_ids, max_new_tokens)
     texts = tokenizer.batch_decode([[t for t in g if t not in stop_ids] for g in greedy], skip_special_tokens=True)
     out = []
