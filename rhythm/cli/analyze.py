@@ -25,8 +25,9 @@ EpisodesArg = Annotated[str, typer.Argument(metavar="EPISODES", show_default=Fal
 def paired_command(
     first: EpisodesArg,
     second: Annotated[str, typer.Argument(metavar="SECOND", help="Episodes JSONL of the second agent, on the same people.", show_default=False)],
-    metric: Annotated[str, typer.Option("--metric", help="final_score | crashes | crashes:M (M one of V, C, P, S, N): "
-                                                         "what is paired; for crashes fewer is a win.")] = "final_score",
+    metric: Annotated[str, typer.Option("--metric", help="final_score | belief_mae | crashes | crashes:M (M one of V, "
+                                                         "C, P, S, N): what is paired; for belief_mae and crashes "
+                                                         "less is a win.")] = "final_score",
 ) -> None:
     """Second minus first, paired by person: mean final score difference per condition, 95% CI, wins.
 
@@ -34,6 +35,7 @@ def paired_command(
     Examples:
       rhythm analyze paired runs/eval/sft/eval_results_v2.episodes.jsonl runs/eval/grpo/eval_results_v2.episodes.jsonl
       rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric crashes:S    # serenity crashes a week
+      rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric belief_mae   # the last belief's error
     """
     from rhythm.eval.paired import final_scores_of, lower_is_better, paired_differences, paired_table
 

@@ -4,7 +4,9 @@ Run: ``rhythm analyze paired FIRST.episodes.jsonl SECOND.episodes.jsonl`` (``rhy
 files; several files per side may be joined with commas). Prints, per condition, the mean of (second -
 first) over the people both played, its seeded 95% bootstrap CI (:func:`rhythm.eval.stats.mean_ci`) and
 how often the second beats the first. ``--metric crashes`` pairs the crashes a week instead (``crashes:S``:
-the steps that ended with serenity below the crash line; any of V, C, P, S, N), where fewer is a win.
+the steps that ended with serenity below the crash line; any of V, C, P, S, N), where fewer is a win;
+``--metric belief_mae`` the grader's last belief error (``score.belief_mae``), where lower is a win and a week
+that stated no belief is left out.
 Pairing removes the person-to-person spread that makes two students' own CIs overlap: this is how
 docs/student.md compares one training choice with another on the same train-split seeds, and how the
 quickstart reports GRPO against SFT.
@@ -25,37 +27,41 @@ Key = tuple[str, str, int]
 """An episode's person: condition, split, seed."""
 
 
-METRICS = ("final_score", "crashes", *(f"crashes:{m}" for m in METER_ABBREV))
-"""What ``rhythm analyze paired`` can pair: the final score (v3), the week's crashes, or one meter's."""
+METRICS = ("final_score", "belief_mae", "crashes", *(f"crashes:{m}" for m in METER_ABBREV))
+"""What ``rhythm analyze paired`` can pair: the final score (v3), the last belief's error, the week's crashes, or
+one meter's."""
 
 
 def lower_is_better(metric: str) -> bool:
-    """Whether fewer of ``metric`` is the better week (crash counts)."""
-    return metric.startswith("crashes")
+    """Whether less of ``metric`` is the better week (crash counts, the belief's error)."""
+    return metric.startswith("crashes") or metric == "belief_mae"
 
 
-def episode_value(record: dict[str, Any], metric: str = "final_score") -> float:
+def episode_value(record: dict[str, Any], metric: str = "final_score") -> float | None:
     """One week's ``metric`` (:data:`METRICS`); ``crashes:M`` is meter M's count in
-    :func:`rhythm.eval.behaviour.meter_crashes`."""
+    :func:`rhythm.eval.behaviour.meter_crashes`; ``belief_mae`` is None for a week that stated no belief."""
     if metric == "final_score":
         return float(record["score"]["final_score"])
+    if metric == "belief_mae":
+        mae = record["score"].get("belief_mae")
+        return None if mae is None else float(mae)
     if metric == "crashes":
         return float(record["score"]["crashes"])
     return float(meter_crashes(record)[METER_ABBREV.index(metric.split(":")[1])])
 
 
 def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score") -> dict[Key, float]:
-    """``{(condition, split, seed): value}`` of ``metric`` (the final score by default); a person played twice is
-    refused (which week to pair?)."""
+    """``{(condition, split, seed): value}`` of ``metric`` (the final score by default), less the weeks where it
+    has no value; a person played twice is refused (which week to pair?)."""
     if metric not in METRICS:
         raise RhythmError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
-    out: dict[Key, float] = {}
+    values: dict[Key, float | None] = {}
     for r in records:
         key = (r["condition"], r["split"], int(r["seed"]))
-        if key in out:
+        if key in values:
             raise RhythmError(f"{key[0]} person {key[2]} ({key[1]} split) appears twice on one side")
-        out[key] = episode_value(r, metric)
-    return out
+        values[key] = episode_value(r, metric)
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def paired_differences(first: dict[Key, float], second: dict[Key, float], lower_better: bool = False) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.errors import RhythmError
-from rhythm.eval.paired import episode_value, final_scores, paired_differences
+from rhythm.eval.paired import episode_value, final_scores, lower_is_better, paired_differences
 from rhythm.records import JsonlWriter
 
 people = st.dictionaries(
@@ -65,6 +65,16 @@ def test_crash_metrics_count_the_steps_a_meter_ends_below_the_line_and_fewer_win
     assert diffs["ood"]["mean"] == pytest.approx(-1.0) and diffs["ood"]["win_rate"] == 1.0
 
 
+def test_the_belief_metric_is_the_graders_last_belief_error_lower_wins_and_a_week_without_one_is_left_out():
+    recs = [{"condition": "ood", "split": "train", "seed": s, "score": {"final_score": 0.3, "belief_mae": mae}}
+            for s, mae in ((1, 0.2), (2, None), (3, 0.05))]
+    assert episode_value(recs[0], "belief_mae") == 0.2 and episode_value(recs[1], "belief_mae") is None
+    assert final_scores(recs, "belief_mae") == {("ood", "train", 1): 0.2, ("ood", "train", 3): 0.05}
+    with pytest.raises(RhythmError, match="ood person 2 .* appears twice"):
+        final_scores([recs[1], recs[1]], "belief_mae")
+    assert lower_is_better("belief_mae") and not lower_is_better("final_score")
+
+
 @pytest.fixture(scope="module")
 def two_agents(tmp_path_factory):
     """Heuristic and bayes weeks of the same people, in two conditions (bayes split over two files)."""
@@ -97,8 +107,9 @@ def test_the_command_pairs_real_episode_files(two_agents, run_cli):
         assert line.split()[1] == "4" and float(line.split()[2]) == pytest.approx(mean, abs=5e-4)
 
 
-def test_the_per_meter_crashes_add_up_to_the_envs_count(two_agents, run_cli):
-    _, _, paths = two_agents
+def test_the_per_meter_crashes_add_up_to_the_envs_count_and_the_belief_metric_pairs_the_graders(two_agents, tmp_path,
+                                                                                                  run_cli):
+    _, records, paths = two_agents
     files = str(paths["heuristic"][0]), ",".join(map(str, paths["bayes"]))
 
     def means(metric):
@@ -106,6 +117,15 @@ def test_the_per_meter_crashes_add_up_to_the_envs_count(two_agents, run_cli):
         assert code == 0, err
         return [float(line.split()[2]) for line in out.splitlines()[1:]]
 
+    worse = tmp_path / "worse.jsonl"  # the bayes weeks with every stated belief 0.01 further off, one week with none
+    with JsonlWriter(worse) as w:
+        for n, r in enumerate(records["bayes"]):
+            w.write({**r, "score": {**r["score"], "belief_mae": None if n == 0 else r["score"]["belief_mae"] + 0.01}})
+    code, out, err = run_cli("analyze", "paired", files[1], str(worse), "--metric", "belief_mae")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert rows["ood"][1] == "3" and rows["in-dist"][1] == "4", "the week that states no belief is left out"
+    assert all(float(r[2]) == pytest.approx(0.01, abs=5e-4) and float(r[-1]) == 0.0 for r in rows.values())
     total = means("crashes")
     by_meter = [means(f"crashes:{m}") for m in "VCPSN"]
     assert [sum(c) for c in zip(*by_meter, strict=True)] == pytest.approx(total, abs=3e-3)
