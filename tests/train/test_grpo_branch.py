@@ -114,3 +114,7 @@ def test_only_the_judged_tokens_enter_the_loss(sft_model):
     assert "0.25" in kept_last and "0.75" in kept_last and "MEDITATE" not in kept_last
     lost = tokenizer("BELIEF: S=0.25 M=0.75 W=0.50", add_special_tokens=False)["input_ids"]
     assert decision_mask(tokenizer, lost, 4) == [1] * len(lost)
+    reasoned = tokenizer("Plan: no ACTION beats rest.\n" + reply, add_special_tokens=False)["input_ids"]
+    kept = tokenizer.decode([i for i, m in zip(reasoned, decision_mask(tokenizer, reasoned, 4), strict=True) if m])
+    assert kept.strip().endswith("MEDITATE") and not any(w in kept for w in ("Plan", "beats", "0.25")), \
+        "a reasoning that names ACTION stays out: the last action line is judged"

@@ -71,14 +71,17 @@ class State:
 
 def decision_mask(tokenizer: Any, completion_ids: Sequence[int], t: int) -> list[int]:
     """Which reply tokens the branch score judges (TRL's ``env_mask``: 1 = in the loss). Before the last
-    step the stated belief changes no score: the action line alone (from the token that completes
-    ``ACTION`` to the end). At the last step the belief is what is graded and the action is worth one
-    step's reward: the belief line alone (up to that token). A reply with no action line: every token."""
-    for k in range(len(completion_ids)):
-        if "ACTION" in tokenizer.decode(list(completion_ids[: k + 1]), skip_special_tokens=True):
-            rest = len(completion_ids) - k
+    step the stated belief changes no score: the action line alone (from the token that completes the
+    reply's last ``ACTION`` to the end; a reasoning that names ACTION before it stays out). At the last step
+    the belief is what is graded and the action is worth one step's reward: what comes before that token
+    (the belief line, and a reasoning student's reasoning). A reply with no action line: every token."""
+    ids = list(completion_ids)
+    actions = tokenizer.decode(ids, skip_special_tokens=True).count("ACTION")
+    for k in range(len(ids) if actions else 0):
+        if tokenizer.decode(ids[: k + 1], skip_special_tokens=True).count("ACTION") == actions:
+            rest = len(ids) - k
             return [1] * k + [0] * rest if t == EPISODE_STEPS - 1 else [0] * k + [1] * rest
-    return [1] * len(completion_ids)
+    return [1] * len(ids)
 
 
 def branch_key(text: str, t: int) -> tuple[Any, ...]:
