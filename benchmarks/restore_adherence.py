@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +34,26 @@ from rhythm.records import read_episodes  # noqa: E402
 from rhythm.train.grpo.pairs import restoring_action  # noqa: E402
 
 
-def start_meters(record: dict[str, Any]) -> np.ndarray:
-    """The meters the agent saw before its first action (the env replayed to step 0)."""
-    return replay(record["condition"], record["split"], [int(record["seed"])], np.zeros((1, 0), dtype=np.int64)).start_meters[0]
+def start_meters(records: list[dict[str, Any]]) -> list[np.ndarray]:
+    """The meters each agent saw before its first action (the env replayed to step 0, one batch per condition and
+    split)."""
+    out: list[np.ndarray] = [np.empty(0)] * len(records)
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        groups[(r["condition"], r["split"])].append(i)
+    for (condition, split), idx in groups.items():
+        seeds = [int(records[i]["seed"]) for i in idx]
+        meters = replay(condition, split, seeds, np.zeros((len(idx), 0), dtype=np.int64)).start_meters
+        for i, m in zip(idx, meters, strict=True):
+            out[i] = m
+    return out
 
 
 def named_states(records: list[dict[str, Any]], below: float) -> list[tuple[dict[str, Any], int, str]]:
     """(record, t, the rule's action) at every step where :func:`restoring_action` names one, read off the meters
     the agent saw: the start meters at t = 0, the meters after the step before otherwise."""
     out = []
-    for record in records:
-        seen = start_meters(record)
+    for record, seen in zip(records, start_meters(records), strict=True):
         for t, step in enumerate(record["steps"]):
             action = restoring_action(seen, t, below)
             if action is not None:

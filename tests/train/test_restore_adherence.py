@@ -45,9 +45,12 @@ def test_named_states_read_the_meters_the_agent_saw(weeks):
     record = own[0]
     env = RhythmEnv(condition="ood", split="train")
     obs, _ = env.reset(seed=record["seed"])
-    np.testing.assert_allclose(probe.start_meters(record), obs[:5], atol=1e-6)  # the observation opens with the 5 meters
+    np.testing.assert_allclose(probe.start_meters([record])[0], obs[:5], atol=1e-6)  # the observation opens with the 5 meters
+    mixed = [*own, *[{**r, "condition": "in-dist"} for r in own[:2]]]  # two (condition, split) batches, interleaved
+    for i, m in enumerate(probe.start_meters(mixed)):
+        np.testing.assert_array_equal(m, probe.start_meters([mixed[i]])[0])
     for rec, t, action in probe.named_states(own, 0.3):
-        seen = probe.start_meters(rec) if t == 0 else rec["steps"][t - 1]["meters"]
+        seen = probe.start_meters([rec])[0] if t == 0 else rec["steps"][t - 1]["meters"]
         assert restoring_action(seen, t, 0.3) == action
 
 
