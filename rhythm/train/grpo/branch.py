@@ -77,11 +77,11 @@ def decision_mask(tokenizer: Any, completion_ids: Sequence[int], t: int) -> list
     (the belief line, and a reasoning student's reasoning). A reply with no action line: every token."""
     ids = list(completion_ids)
     actions = tokenizer.decode(ids, skip_special_tokens=True).count("ACTION")
-    for k in range(len(ids) if actions else 0):
-        if tokenizer.decode(ids[: k + 1], skip_special_tokens=True).count("ACTION") == actions:
-            rest = len(ids) - k
-            return [1] * k + [0] * rest if t == EPISODE_STEPS - 1 else [0] * k + [1] * rest
-    return [1] * len(ids)
+    if actions == 0:
+        return [1] * len(ids)
+    k = next(k for k in range(len(ids)) if tokenizer.decode(ids[: k + 1], skip_special_tokens=True).count("ACTION") == actions)
+    rest = len(ids) - k
+    return [1] * k + [0] * rest if t == EPISODE_STEPS - 1 else [0] * k + [1] * rest
 
 
 def branch_key(text: str, t: int) -> tuple[Any, ...]:
