@@ -158,14 +158,23 @@ def _match_belief(raw: str) -> tuple[float, float, float] | None:
     return None
 
 
+def action_line_start(text: str) -> int | None:
+    """Where a reply's last ACTION line starts (a character offset into ``text``), None when no line names one.
+    The one definition of "the action line": a cut or unknown action counts, since it is what the reply played
+    (the fallback). :func:`before_action` drops it; branch mode's loss judges it (``decision_mask``)."""
+    start, found = 0, None
+    for line in text.splitlines(keepends=True):
+        if _ACTION_LINE.search(_DECORATION.sub(" ", line)):
+            found = start
+        start += len(line)
+    return found
+
+
 def before_action(text: str) -> str:
     """What a reply says before its last ACTION line (its reasoning and belief), the whole reply when it has none:
     the part an action follows, which a comparison of actions after the same reasoning keeps."""
-    lines = text.strip().splitlines()
-    for k in range(len(lines) - 1, -1, -1):
-        if _ACTION_LINE.search(_DECORATION.sub(" ", lines[k])):
-            return "\n".join(lines[:k]).strip()
-    return "\n".join(lines)
+    start = action_line_start(text)
+    return (text if start is None else text[:start]).strip()
 
 
 def parse_reply(text: object) -> ParsedReply:

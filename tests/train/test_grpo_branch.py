@@ -118,3 +118,6 @@ def test_only_the_judged_tokens_enter_the_loss(sft_model):
     kept = tokenizer.decode([i for i, m in zip(reasoned, decision_mask(tokenizer, reasoned, 4), strict=True) if m])
     assert kept.strip().endswith("MEDITATE") and not any(w in kept for w in ("Plan", "beats", "0.25")), \
         "a reasoning that names ACTION stays out: the last action line is judged"
+    lower = tokenizer("BELIEF: S=0.25 M=0.75 W=0.50\n**action:** meditate", add_special_tokens=False)["input_ids"]
+    kept = tokenizer.decode([i for i, m in zip(lower, decision_mask(tokenizer, lower, 4), strict=True) if m])
+    assert kept.strip().endswith("meditate") and "0.25" not in kept, "the action line parse_reply reads, as written"

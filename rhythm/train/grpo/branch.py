@@ -40,7 +40,7 @@ from rhythm.agents.episodes import play_batch, replay
 from rhythm.agents.model import decision_of
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
-from rhythm.protocol import parse_reply
+from rhythm.protocol import action_line_start, parse_reply
 from rhythm.train.grpo.config import BranchMode
 from rhythm.train.grpo.pairs import agreed_rewards, pair_replies, restoring_action
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
@@ -71,15 +71,16 @@ class State:
 
 def decision_mask(tokenizer: Any, completion_ids: Sequence[int], t: int) -> list[int]:
     """Which reply tokens the branch score judges (TRL's ``env_mask``: 1 = in the loss). Before the last
-    step the stated belief changes no score: the action line alone (from the token that completes the
-    reply's last ``ACTION`` to the end; a reasoning that names ACTION before it stays out). At the last step
-    the belief is what is graded and the action is worth one step's reward: what comes before that token
-    (the belief line, and a reasoning student's reasoning). A reply with no action line: every token."""
+    step the stated belief changes no score: the action line alone (:func:`rhythm.protocol.action_line_start`:
+    from the token where the reply's last ACTION line starts to the end; a reasoning that names ACTION before
+    it stays out). At the last step the belief is what is graded and the action is worth one step's reward:
+    what comes before that token (the belief line, and a reasoning student's reasoning). A reply with no
+    action line: every token."""
     ids = list(completion_ids)
-    actions = tokenizer.decode(ids, skip_special_tokens=True).count("ACTION")
-    if actions == 0:
+    start = action_line_start(tokenizer.decode(ids, skip_special_tokens=True))
+    if start is None:
         return [1] * len(ids)
-    k = next(k for k in range(len(ids)) if tokenizer.decode(ids[: k + 1], skip_special_tokens=True).count("ACTION") == actions)
+    k = next(k for k in range(len(ids)) if len(tokenizer.decode(ids[: k + 1], skip_special_tokens=True)) > start)
     rest = len(ids) - k
     return [1] * k + [0] * rest if t == EPISODE_STEPS - 1 else [0] * k + [1] * rest
 
