@@ -9,8 +9,11 @@ Stages, each a call of the same library function its own command uses:
    (``configs/sft-tiny.yaml``).
 4. ``grpo``: GRPO refinement of the SFT model from the environment (``configs/grpo-tiny-branch.yaml``): on
    the student's own weeks, each sampled reply rewarded with the final score of the week it leads to.
-5. ``eval``: the SFT and SFT+GRPO students beside random, heuristic, bayes and oracle on in-dist, ood
-   and discrete (eval split, the same seeds for every agent).
+   With a ``dagger:`` section (``configs/quickstart-few.yaml``), then ``dagger-play`` and ``dagger``: the refined
+   student plays train-split people, the bayes filter relabels its weeks' beliefs, and ``rhythm sft`` learns them
+   beside the teacher's weeks (``configs/sft-tiny-dagger.yaml``; DAgger for the belief).
+5. ``eval``: the SFT and SFT+GRPO students (and SFT+GRPO+DAgger) beside random, heuristic, bayes and oracle on
+   in-dist, ood and discrete (eval split, the same seeds for every agent).
 6. ``plot``: ``final_scores.png``, ``belief_accuracy.png``, ``training_loss.png``.
 7. A summary table (``summary.md``, ``summary.json``) that compares the student with the baselines
    whatever the result.
@@ -32,7 +35,8 @@ from typing import Any
 
 import orjson
 
-from rhythm.config import NULL, config_dict, load_config, write_config
+from rhythm.agents.filtering import filter_beliefs, with_beliefs
+from rhythm.config import NULL, Positive, config_dict, load_config, write_config
 from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
@@ -43,7 +47,7 @@ from rhythm.eval.results import EvalResults
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, package_version, versions
-from rhythm.records import read_episodes
+from rhythm.records import dumps, read_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.common import data_paths
 from rhythm.train.grpo import GRPORunConfig, run_grpo
@@ -52,6 +56,23 @@ from rhythm.train.sft import SFTRunConfig, run_sft
 STAMP = ".rhythm_stage.json"
 TUNING_SEED_OFFSET = 100_000
 """With ``eval_split: train``, students are evaluated on train-split seeds from here on (never teacher data)."""
+
+
+@dataclass(frozen=True)
+class DaggerStage:
+    """The refine stage after GRPO (``dagger:``): the refined student plays train-split people greedily, the bayes
+    filter relabels the beliefs of its weeks (:func:`rhythm.agents.filtering.with_beliefs`), and ``rhythm sft``
+    learns those weeks beside the teacher's. DAgger for the belief, from the environment alone (docs/grpo.md)."""
+
+    config: str | None = None
+    """SFT settings of the stage (configs/sft-tiny-dagger.yaml; data, model and output_dir are set by the
+    quickstart); null: no stage."""
+    seeds: str = "5512-6023"
+    """Train-split in-dist people the refined student plays (no teacher week and no GRPO rollout played them)."""
+    copies: Positive = 4
+    """Times the relabelled weeks enter the data, beside the teacher's weeks once."""
+    sft: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the stage's SFT config."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,9 @@ class QuickstartConfig:
     at lr 1e-3 decaying to 0, continuing stage 1's model)."""
     grpo: dict[str, Any] = field(default_factory=dict)
     """Overrides of the GRPO config (configs/grpo-tiny-branch.yaml states the recipe)."""
+    dagger: DaggerStage = field(default_factory=DaggerStage)
+    """The refine stage after GRPO: DAgger for the belief on the refined student's own weeks (off by default;
+    configs/quickstart-few.yaml sets it)."""
     eval_episodes: dict[str, int] = field(default_factory=lambda: {"in-dist": 100, "ood": 50, "discrete": 15})
     """Eval episodes per condition (eval split, seeds 0..N-1): rhythm eval's defaults."""
     references: list[str] = field(default_factory=lambda: ["random", "heuristic", "bayes", "oracle"])
@@ -298,6 +322,9 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
     if data_paths(grpo_cfg):  # the teacher's weeks; a config that names no data refines on the student's own weeks
         grpo_cfg = replace(grpo_cfg, data=str(data))
 
+    if cfg.dagger.config is not None and grpo_cfg.use_peft:
+        raise RhythmError("the dagger stage continues a fully trained student; this GRPO stage trains a LoRA adapter")
+
     def do_grpo() -> dict[str, Any]:
         if grpo_dir.exists():
             import shutil
@@ -307,14 +334,37 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
     stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo, say))
+    model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
+
+    # 4b. DAgger for the belief: the refined student's own weeks, their beliefs the filter's, learned by SFT
+    dagger_dir = out / "dagger"
+    if cfg.dagger.config is not None:
+        play_dir = out / "dagger-play"
+        own = play_dir / "own_filtered.jsonl"
+        play_cfg = EvalConfig(agent=f"model:{grpo_dir}", condition="in-dist", seeds=cfg.dagger.seeds, split="train",
+                              references=[], model=model_opts, output=str(play_dir / "eval_results_v2.json"))
+
+        def do_play() -> dict[str, Any]:
+            run_eval(play_cfg)
+            played = [r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")]
+            weeks = with_beliefs(played, filter_beliefs(played))
+            own.write_bytes(b"".join(dumps(w) for w in weeks))
+            return {"weeks": len(weeks)}
+
+        stages.append(run_stage("dagger-play", play_dir, play_cfg, [grpo_dir], {"weeks": own}, do_play, say))
+        dagger_cfg = load_config(SFTRunConfig, cfg.dagger.config, {
+            **cfg.dagger.sft, "data": ",".join([str(data), *[str(own)] * cfg.dagger.copies]),
+            "model_name_or_path": str(grpo_dir), "output_dir": str(dagger_dir)})
+        sft_stage("dagger", dagger_dir, dagger_cfg, [data, own])
 
     # 5. eval of both students, references on the same seeds; the teacher too, for its belief curve
-    model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
     students: dict[str, dict[str, Any]] = {}
     result_files = []
     played_cache: PlayedCache = {}  # the references (and the teacher) play each condition's seeds once
-    evaluated = (("student SFT", "sft", f"model:{sft_dir}", sft_dir), ("student SFT+GRPO", "grpo", f"model:{grpo_dir}", grpo_dir),
-                 ("teacher (bayes)", "teacher", "bayes", None))
+    refined = [("student SFT+GRPO", "grpo", f"model:{grpo_dir}", grpo_dir)]
+    if cfg.dagger.config is not None:
+        refined.append(("student SFT+GRPO+DAgger", "dagger", f"model:{dagger_dir}", dagger_dir))
+    evaluated = (("student SFT", "sft", f"model:{sft_dir}", sft_dir), *refined, ("teacher (bayes)", "teacher", "bayes", None))
     for label, tag, agent, trained in evaluated:
         res_path = out / "eval" / tag / "eval_results_v2.json"
         conditions = list(cfg.eval_episodes)
@@ -343,12 +393,15 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         if trained is not None:
             students[label] = _eval_row(merged)
 
-    paired = paired_differences(*(final_scores(r for cond in cfg.eval_episodes for _, r in read_episodes(
-        out / "eval" / student / cond / "eval_results_v2.episodes.jsonl")) for student in ("sft", "grpo")))
+    def scores(tag: str) -> dict:
+        return final_scores(r for cond in cfg.eval_episodes for _, r in read_episodes(out / "eval" / tag / cond / "eval_results_v2.episodes.jsonl"))
+
+    minus_sft = {label: paired_differences(scores("sft"), scores(tag)) for label, tag, _, _ in refined}
+    paired = minus_sft["student SFT+GRPO"]
 
     # 6. plots
     plots_dir = out / "plots"
-    trained_dirs = [*stage1_dirs, sft_dir, grpo_dir]
+    trained_dirs = [*stage1_dirs, sft_dir, *(d for _, _, _, d in refined)]
     plot_cfg = PlotConfig(results=[str(p) for p in result_files], logs=[str(d) for d in trained_dirs], out=str(plots_dir))
 
     def do_plot() -> dict[str, Any]:
@@ -361,14 +414,15 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
     # 7. summary
     table = summary_table(students)
     sentences = verdict(students) + [
-        f"SFT+GRPO minus SFT on {cond} (paired, same seeds): {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]."
-        for cond, d in paired.items()
+        f"{label.removeprefix('student ')} minus SFT on {cond} (paired, same seeds): {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]."
+        for label, diffs in minus_sft.items() for cond, d in diffs.items()
     ]
     summary = {
         "out": str(out),
         "stages": [s.__dict__ for s in stages],
         "students": students,
         "grpo_minus_sft": paired,
+        "minus_sft": minus_sft,
         "verdict": sentences,
         "versions": versions(),
         "seconds": round(sum(s.seconds for s in stages), 1),

@@ -164,7 +164,7 @@ def test_shipped_variants_change_only_what_they_state() -> None:
     from rhythm.train.sft import SFTRunConfig
 
     variants = {"sft-tiny-openings.yaml": SFTRunConfig, "sft-tiny-weeks.yaml": SFTRunConfig,
-                "sft-small.yaml": SFTRunConfig,
+                "sft-small.yaml": SFTRunConfig, "sft-tiny-dagger.yaml": SFTRunConfig,
                 "grpo-small.yaml": GRPORunConfig, "grpo-tiny-pairs.yaml": GRPORunConfig, "grpo-tiny-restore.yaml": GRPORunConfig,
                 "quickstart-few.yaml": QuickstartConfig}
     for name, cls in variants.items():

@@ -9,11 +9,12 @@ import sys
 import pytest
 
 from rhythm.cli.config_help import config_fields, field_docs
+from rhythm.quickstart import DaggerStage, QuickstartConfig
 from rhythm.train.grpo import GRPORunConfig
 from rhythm.train.sft import SFTRunConfig
 
 
-@pytest.mark.parametrize("cls", [SFTRunConfig, GRPORunConfig])
+@pytest.mark.parametrize("cls", [SFTRunConfig, GRPORunConfig, QuickstartConfig, DaggerStage])
 def test_every_field_has_help_text(cls) -> None:
     fields = config_fields(cls)
     assert [name for name, *_ in fields] == [f.name for f in dataclasses.fields(cls)]
@@ -35,7 +36,7 @@ def test_a_subclass_docstring_wins_and_a_field_without_one_has_none() -> None:
     assert field_docs(Child) == {"a": "Child's a."}
 
 
-@pytest.mark.parametrize("command, cls", [("sft", SFTRunConfig), ("grpo", GRPORunConfig)])
+@pytest.mark.parametrize("command, cls", [("sft", SFTRunConfig), ("grpo", GRPORunConfig), ("quickstart", QuickstartConfig)])
 def test_help_config_lists_every_field_with_type_default_and_help(run_cli, command, cls) -> None:
     code, out, err = run_cli(command, "--help-config")
     assert code == 0 and err == ""
@@ -45,8 +46,11 @@ def test_help_config_lists_every_field_with_type_default_and_help(run_cli, comma
         assert "num_generations: int (>= 2) = 8\n    Replies sampled per prompt" in out  # the bound the type declares
         assert "temperature: float (> 0) = 1.0\n" in out
         assert "reward_weights: list[float] | None = [0.2, 0.25, 1.0]\n" in out
-    else:
+    elif cls is SFTRunConfig:
         assert "val_fraction: float (>= 0, < 1) = 0.1\n" in out and "echo_loss: float (>= 0, <= 1) | None = null\n" in out
+        assert "\n    jobs.flavor: str | None = null\n        Run on Hugging Face Jobs" in out  # a section's fields, dotted
+    else:
+        assert "\n    dagger.copies: int (>= 1) = 4\n        Times the relabelled weeks" in out
 
 
 def test_help_config_imports_no_torch() -> None:

@@ -8,14 +8,18 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 import yaml
 
 import rhythm.quickstart
+from rhythm.agents.filtering import filter_beliefs
 from rhythm.env.constants import ENV_VERSION
 from rhythm.locking import lock_path, output_lock
-from rhythm.quickstart import STAMP, QuickstartConfig, file_digest, quickstart, run_stage
+from rhythm.protocol import parse_reply
+from rhythm.quickstart import STAMP, DaggerStage, QuickstartConfig, file_digest, quickstart, run_stage
+from rhythm.records import read_episodes
 from tests.shared import QUICKSTART_MINI as MINI
 
 RHYTHM = [sys.executable, "-m", "rhythm.cli.main"]
@@ -85,6 +89,27 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     reused = {s["name"]: s["reused"] for s in third["stages"]}
     assert not reused["generate"] and not reused["sft-openings"] and not reused["sft"] and not reused["grpo"] and not reused["eval sft in-dist"]
     assert len((out / "data/teacher.jsonl").read_bytes().splitlines()) == 7
+
+    # the dagger stage on top: the refined student plays train-split people, the filter states their beliefs
+    dagger = DaggerStage(config="configs/sft-tiny-dagger.yaml", seeds="5512-5513", copies=2,
+                         sft={"max_steps": 2, "eval_steps": 2, "save_steps": 2, "logging_steps": 1})
+    fourth = quickstart(QuickstartConfig(out=cfg.out, **{**MINI, "seeds": "0-6"}, dagger=dagger), say=said.append, quiet=True)
+    reused = {s["name"]: s["reused"] for s in fourth["stages"]}
+    assert reused["sft"] and reused["grpo"] and not reused["dagger-play"] and not reused["dagger"]
+    played = [r for _, r in read_episodes(out / "dagger-play/eval_results_v2.episodes.jsonl")]
+    own = [r for _, r in read_episodes(out / "dagger-play/own_filtered.jsonl")]
+    assert [(r["seed"], r["split"]) for r in own] == [(r["seed"], r["split"]) for r in played] == [(5512, "train"), (5513, "train")]
+    assert [[s["action"] for s in r["steps"]] for r in own] == [[s["action"] for s in r["steps"]] for r in played]
+    stated = np.array([[s["belief"] for s in r["steps"]] for r in own])
+    assert np.abs(stated - filter_beliefs(played)).max() <= 0.005 + 1e-9
+    assert all(parse_reply(s["response"]).belief == tuple(s["belief"]) for r in own for s in r["steps"])
+    trained = yaml.safe_load((out / "dagger/sft_config.yaml").read_text())
+    assert trained["model_name_or_path"] == str(out / "grpo") and trained["max_steps"] == 2
+    assert trained["data"].split(",") == [str(out / "data/teacher.jsonl"), *[str(out / "dagger-play/own_filtered.jsonl")] * 2]
+    assert (out / "dagger/model.safetensors").exists() and (out / "eval/dagger/eval_results_v2.episodes.jsonl").exists()
+    assert set(fourth["minus_sft"]) == {"student SFT+GRPO", "student SFT+GRPO+DAgger"}
+    assert fourth["minus_sft"]["student SFT+GRPO"] == fourth["grpo_minus_sft"]
+    assert "SFT+GRPO+DAgger minus SFT on ood (paired, same seeds)" in (out / "summary.md").read_text()
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen) -> None:

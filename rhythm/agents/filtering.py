@@ -1,7 +1,7 @@
 """The bayes filter run on any recorded week: the posterior-mean belief at each step, from that week's own actions
 and observations. The benchmark's own inference, free to run (no teacher call): ``rhythm analyze teacher-forced
---filter`` compares a student's beliefs with it, and ``benchmarks/own_weeks.py filter`` learns it at the states
-the student itself reached (docs/grpo.md, ninth round)."""
+--filter`` compares a student's beliefs with it, and the few-teacher-weeks quickstart's ``dagger`` stage learns it at the states
+the student itself reached (docs/grpo.md, ninth and seventeenth rounds)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rhythm.agents.episodes import replay
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.teachers import spec_keys
 from rhythm.env.constants import ACTION_INDEX
+from rhythm.protocol import format_ending
 
 
 def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
@@ -34,4 +35,20 @@ def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
         for t in range(actions.shape[1]):
             out[rows, t] = posterior.belief()[0]
             posterior.update(t, before[:, t], actions[:, t], played.meters[:, t])
+    return out
+
+
+
+def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dict[str, Any]]:
+    """The same weeks with every reply's BELIEF replaced (rounded as the protocol states it) and its action as
+    played. With :func:`filter_beliefs`, the teacher's belief at the states a student reached: what ``rhythm
+    analyze teacher-forced --filter`` compares with, and what the quickstart's ``dagger`` stage learns (DAgger for
+    the belief). The records are copied; each week's observations still follow from its actions."""
+    out = []
+    for record, week in zip(records, beliefs, strict=True):
+        steps = []
+        for step, b in zip(record["steps"], week, strict=True):
+            stated = [round(float(x), 2) for x in b]
+            steps.append({**step, "belief": stated, "response": format_ending(stated, step["action"])})
+        out.append({**record, "steps": steps})
     return out

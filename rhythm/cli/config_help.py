@@ -73,7 +73,18 @@ def describe_config(cls: type, command: str) -> str:
     width = min(shutil.get_terminal_size((100, 20)).columns, 120)
     lines = [f"{command}: the fields of {cls.__name__}, the keys of a --config YAML file and of --set key=value",
              "(an option such as --max-steps wins over both).", ""]
-    for name, type_name, default, help_text in config_fields(cls):
-        lines.append(f"{name}: {type_name} = {default}")
-        lines += textwrap.wrap(" ".join(help_text.split()), width - 4, initial_indent="    ", subsequent_indent="    ")
+    lines += _field_lines(cls, "", width)
     return "\n".join(lines)
+
+
+def _field_lines(cls: type, indent: str, width: int, prefix: str = "") -> list[str]:
+    """Each field as ``name: type = default`` over its help; a section's fields follow it, indented, as the
+    dotted keys ``--set`` takes."""
+    hints, lines = typing.get_type_hints(cls), []
+    for name, type_name, default, help_text in config_fields(cls):
+        lines.append(f"{indent}{prefix}{name}: {type_name} = {default}")
+        lines += textwrap.wrap(" ".join(help_text.split()), width - len(indent) - 4, initial_indent=indent + "    ",
+                               subsequent_indent=indent + "    ")
+        if dataclasses.is_dataclass(hints[name]):
+            lines += _field_lines(hints[name], indent + "    ", width, f"{prefix}{name}.")
+    return lines

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, WaitLockOpt, overrides
+from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, WaitLockOpt, help_config_opt, overrides
 
 
 def quickstart_command(
@@ -15,12 +15,14 @@ def quickstart_command(
     set_: SetOpt = None,
     wait_lock: WaitLockOpt = False,
     quiet: QuietOpt = False,
+    _help_config: help_config_opt("rhythm quickstart", "rhythm.quickstart:QuickstartConfig") = False,
 ) -> None:
     """Teacher data, reeval, tiny SFT, short GRPO, eval beside the baselines, plots, summary; a rerun reuses unchanged stages.
 
     \b
     Examples:
-      rhythm quickstart      # -> runs/quickstart
+      rhythm quickstart      # -> runs/quickstart, ~10 min on 2 cores
+      rhythm quickstart --config configs/quickstart-few.yaml   # a tenth of the teacher weeks, GRPO then DAgger, ~29 min
     """
     import os
 

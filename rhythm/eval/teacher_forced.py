@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents.filtering import filter_beliefs
+from rhythm.agents.filtering import filter_beliefs, with_beliefs
 from rhythm.env.constants import ACTIONS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
@@ -162,18 +162,6 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
         student.append(np.abs(said - truth).mean(axis=1))
         teacher.append(np.abs(np.array([s["belief"] for s in record["steps"]]) - truth).mean(axis=1))
     return np.stack(student), np.stack(teacher)
-
-
-def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dict[str, Any]]:
-    """The same weeks with every reply's BELIEF replaced (rounded as the protocol states it)."""
-    out = []
-    for record, week in zip(records, beliefs, strict=True):
-        steps = []
-        for step, b in zip(record["steps"], week, strict=True):
-            stated = [round(float(x), 2) for x in b]
-            steps.append({**step, "belief": stated, "response": format_ending(stated, step["action"])})
-        out.append({**record, "steps": steps})
-    return out
 
 
 def probe_report(model_dir: str, episodes: str, *, condition: str | None = None, filter_probe: bool = False,

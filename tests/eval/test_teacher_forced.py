@@ -89,8 +89,7 @@ def test_probe_refuses_a_tokenizer_that_splits_numbers():
 def test_filter_on_the_bayes_teachers_own_weeks_gives_back_its_beliefs():
     """The filter is the teacher's own posterior, run on a week's observations and actions: on the teacher's
     weeks (two conditions at once) it must state what the teacher stated."""
-    from rhythm.agents.filtering import filter_beliefs
-    from rhythm.eval.teacher_forced import with_beliefs
+    from rhythm.agents.filtering import filter_beliefs, with_beliefs
 
     specs = [EpisodeSpec("in-dist", "train", s) for s in (0, 1)] + [EpisodeSpec("ood", "train", 2)]
     records = [r.to_dict() for r in play(make_agent("bayes"), specs)]
