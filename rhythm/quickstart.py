@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from rhythm.agents.filtering import filter_beliefs, with_beliefs
+from rhythm.agents.filtering import filtered_weeks
 from rhythm.config import NULL, Positive, config_dict, load_config, write_config
 from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
@@ -61,7 +61,7 @@ TUNING_SEED_OFFSET = 100_000
 @dataclass(frozen=True)
 class DaggerStage:
     """The refine stage after GRPO (``dagger:``): the refined student plays train-split people greedily, the bayes
-    filter relabels the beliefs of its weeks (:func:`rhythm.agents.filtering.with_beliefs`), and ``rhythm sft``
+    filter relabels the beliefs of its weeks (:func:`rhythm.agents.filtering.filtered_weeks`, as ``rhythm relabel``), and ``rhythm sft``
     learns those weeks beside the teacher's. DAgger for the belief, from the environment alone (docs/grpo.md)."""
 
     config: str | None = None
@@ -346,8 +346,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
 
         def do_play() -> dict[str, Any]:
             run_eval(play_cfg)
-            played = [r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")]
-            weeks = with_beliefs(played, filter_beliefs(played))
+            weeks = filtered_weeks([r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")])
             own.write_bytes(b"".join(dumps(w) for w in weeks))
             return {"weeks": len(weeks)}
 

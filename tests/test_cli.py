@@ -120,7 +120,7 @@ def test_every_command_has_help(run_cli) -> None:
         assert c == 0 and "--config" in o
 
 
-COMMANDS = ("generate", "reeval", "upload", "sft", "grpo", "eval", "plot", "quickstart")
+COMMANDS = ("generate", "reeval", "upload", "sft", "grpo", "eval", "plot", "quickstart", "relabel")
 
 
 def test_every_help_shows_an_example(run_cli) -> None:

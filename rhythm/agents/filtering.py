@@ -52,3 +52,18 @@ def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dic
             steps.append({**step, "belief": stated, "response": format_ending(stated, step["action"])})
         out.append({**record, "steps": steps})
     return out
+
+
+def filtered_weeks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`with_beliefs` of :func:`filter_beliefs`, weeks of any lengths: DAgger labels for the belief, the
+    teacher's belief at the states the recorded agent reached, its actions as played (``rhythm relabel``, the
+    quickstart's ``dagger`` stage)."""
+    out: list[dict[str, Any]] = list(records)
+    by_length: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+        by_length.setdefault(len(r["steps"]), []).append(i)
+    for rows in by_length.values():  # the filter takes weeks of one length at a time
+        weeks = [records[i] for i in rows]
+        for i, week in zip(rows, with_beliefs(weeks, filter_beliefs(weeks)), strict=True):
+            out[i] = week
+    return out

@@ -26,6 +26,7 @@ from rhythm.cli.grpo import grpo_command
 from rhythm.cli.plot import plot_command
 from rhythm.cli.quickstart import quickstart_command
 from rhythm.cli.reeval import reeval_command
+from rhythm.cli.relabel import relabel_command
 from rhythm.cli.sft import sft_command
 from rhythm.cli.upload import upload_command
 from rhythm.errors import RhythmError
@@ -66,6 +67,7 @@ app.command("sft")(sft_command)
 app.command("grpo")(grpo_command)
 app.command("eval")(eval_command)
 app.command("plot")(plot_command)
+app.command("relabel")(relabel_command)
 app.command("quickstart")(quickstart_command)
 app.add_typer(analyze_app, name="analyze")
 

@@ -1,0 +1,44 @@
+"""``rhythm relabel``: DAgger labels for the belief, from recorded weeks and the benchmark's bayes filter."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def relabel_command(
+    episodes: Annotated[str, typer.Argument(help="Episodes JSONL (rhythm eval's *.episodes.jsonl, teacher data); - for stdin.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Relabelled weeks (JSONL); - for stdout.")] = "-",
+) -> None:
+    """Every reply of recorded weeks rewritten as the bayes filter's belief for that week's own actions and
+    observations and the action as played: the teacher's belief at the states the agent reached, for rhythm sft
+    (DAgger for the belief; no teacher call). The quickstart's dagger stage does this with its refined student.
+
+    \b
+    Examples:
+      rhythm eval --agent model:runs/quickstart-few/grpo --split train --seeds 5512-6023 --condition in-dist -o own/eval_results_v2.json
+      rhythm relabel own/eval_results_v2.episodes.jsonl -o own.jsonl
+      rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl,own.jsonl --model runs/quickstart-few/grpo
+    """
+    import sys
+    from pathlib import Path
+
+    from rhythm.agents.filtering import filtered_weeks
+    from rhythm.cli.ui import err_console
+    from rhythm.errors import RhythmError
+    from rhythm.records import dumps, read_episodes
+
+    records = [record for _, record in read_episodes(episodes)]
+    if not records:
+        raise RhythmError(f"no weeks in {episodes}")
+    data = b"".join(dumps(week) for week in filtered_weeks(records))
+    if output == "-":
+        sys.stdout.write(data.decode())
+        return
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    partial.replace(target)  # whole or not at all: an earlier file survives a failed run
+    err_console.print(f"relabelled {len(records)} weeks -> {target}", markup=False, highlight=False)

@@ -1,0 +1,67 @@
+"""``rhythm relabel``: recorded weeks with the bayes filter's beliefs and the actions as played (DAgger labels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
+from rhythm.agents.filtering import filter_beliefs, filtered_weeks
+from rhythm.agents.registry import make_agent
+from rhythm.protocol import parse_reply
+from rhythm.records import JsonlWriter, read_episodes
+
+
+def _weeks(path: Path, agent: str, specs: list[EpisodeSpec]) -> list[dict]:
+    records = [r.to_dict() for r in play(make_agent(agent), specs)]
+    with JsonlWriter(path) as w:
+        for r in records:
+            w.write(r)
+    return records
+
+
+def test_relabel_writes_the_filters_beliefs_and_keeps_the_actions(run_cli, tmp_path: Path) -> None:
+    played = _weeks(tmp_path / "weeks.jsonl", "heuristic", [EpisodeSpec("in-dist", "train", 5), EpisodeSpec("ood", "train", 6)])
+    code, _, err = run_cli("relabel", str(tmp_path / "weeks.jsonl"), "-o", str(tmp_path / "out" / "own.jsonl"))
+    assert code == 0 and "relabelled 2 weeks" in err
+    own = [r for _, r in read_episodes(tmp_path / "out" / "own.jsonl")]
+    assert [[s["action"] for s in r["steps"]] for r in own] == [[s["action"] for s in r["steps"]] for r in played]
+    stated = np.array([[s["belief"] for s in r["steps"]] for r in own])
+    assert np.abs(stated - filter_beliefs(played)).max() <= 0.005 + 1e-9
+    for r in own:
+        for s in r["steps"]:
+            reply = parse_reply(s["response"])
+            assert reply.ok and reply.belief == tuple(s["belief"]) and s["response"].endswith(f"ACTION: {s['action']}")
+    assert not (tmp_path / "out" / "own.jsonl.partial").exists()
+    code, out, _ = run_cli("relabel", str(tmp_path / "weeks.jsonl"))  # stdout by default
+    assert code == 0 and [orjson.loads(line) for line in out.splitlines()] == own
+
+
+def test_the_filter_on_its_teachers_weeks_changes_little_and_weeks_may_differ_in_length(tmp_path: Path) -> None:
+    """On the bayes teacher's own weeks the filter restates the teacher's beliefs; a cut week is relabelled too."""
+    weeks = _weeks(tmp_path / "t.jsonl", "bayes", [EpisodeSpec("in-dist", "train", s) for s in (0, 1)])
+    cut = {**weeks[1], "steps": weeks[1]["steps"][:8]}
+    own = filtered_weeks([weeks[0], cut])
+    assert [len(r["steps"]) for r in own] == [28, 8] and weeks[0]["steps"][0] is not own[0]["steps"][0]
+    for before, after in zip([weeks[0], cut], own, strict=True):
+        assert max(abs(a - b) for s, t in zip(before["steps"], after["steps"], strict=True)
+                   for a, b in zip(s["belief"], t["belief"], strict=True)) <= 0.005 + 1e-9
+
+
+def test_relabel_bad_input_is_one_line_and_exit_2(run_cli, tmp_path: Path) -> None:
+    code, out, err = run_cli("relabel", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "missing.jsonl" in err
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"not": "an episode"}\n')
+    target = tmp_path / "own.jsonl"
+    target.write_text("kept\n")
+    code, out, err = run_cli("relabel", str(broken), "-o", str(target))
+    assert code == 2 and len(err.splitlines()) == 1 and "broken.jsonl:1" in err
+    assert target.read_text() == "kept\n", "an earlier output survives a failed run"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = run_cli("relabel", str(empty))
+    assert code == 2 and err.strip() == f"rhythm: error: no weeks in {empty}"
