@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents.filtering import filter_beliefs
+from rhythm.agents.filtering import filtered_weeks
 from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
-from rhythm.protocol import format_ending, parse_reply
+from rhythm.protocol import parse_reply
 from rhythm.records import check_protocol, dumps, read_episodes
 from rhythm.train.common import entry_main
 from rhythm.train.data import (
@@ -91,20 +91,14 @@ def best_examples(paths: list[str], options: DataOptions) -> tuple[dict[str, lis
 
 def filtered_replies(rows: list[dict[str, Any]]) -> list[list[tuple[int, str]]]:
     """For each week, each reply as ``(message index, reply)`` with its BELIEF the bayes filter's posterior for the
-    week's own actions and observations (rounded as the protocol states it) and its action as played."""
+    week's own actions and observations (rounded as the protocol states it) and its action as played
+    (:func:`rhythm.agents.filtering.filtered_weeks`)."""
     replies = [[i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"] for row in rows]
-    actions = [[ACTIONS[parse_reply(row["messages"][i]["content"]).action] for i in at] for row, at in zip(rows, replies, strict=True)]
-    out: list[list[tuple[int, str]]] = [[] for _ in rows]
-    by_length: dict[int, list[int]] = {}
-    for k, acts in enumerate(actions):
-        by_length.setdefault(len(acts), []).append(k)
-    for ks in by_length.values():  # the filter takes weeks of one length at a time
-        beliefs = filter_beliefs([{"condition": rows[k]["condition"], "split": rows[k]["split"], "seed": rows[k]["seed"],
-                                   "steps": [{"action": a} for a in actions[k]]} for k in ks])
-        for k, week in zip(ks, beliefs, strict=True):
-            out[k] = [(i, format_ending([round(float(x), 2) for x in belief], action))
-                      for i, action, belief in zip(replies[k], actions[k], week, strict=True)]
-    return out
+    weeks = filtered_weeks([{"condition": row["condition"], "split": row["split"], "seed": row["seed"],
+                             "steps": [{"action": ACTIONS[parse_reply(row["messages"][i]["content"]).action]} for i in at]}
+                            for row, at in zip(rows, replies, strict=True)])
+    return [[(i, step["response"]) for i, step in zip(at, week["steps"], strict=True)]
+            for at, week in zip(replies, weeks, strict=True)]
 
 
 def filter_examples(share: float = 1.0, seed: int = 0):

@@ -47,7 +47,7 @@ from rhythm.eval.results import EvalResults
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, package_version, versions
-from rhythm.records import dumps, read_episodes
+from rhythm.records import read_episodes, write_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.common import data_paths
 from rhythm.train.grpo import GRPORunConfig, run_grpo
@@ -61,8 +61,9 @@ TUNING_SEED_OFFSET = 100_000
 @dataclass(frozen=True)
 class DaggerStage:
     """The refine stage after GRPO (``dagger:``): the refined student plays train-split people greedily, the bayes
-    filter relabels the beliefs of its weeks (:func:`rhythm.agents.filtering.filtered_weeks`, as ``rhythm relabel``), and ``rhythm sft``
-    learns those weeks beside the teacher's. DAgger for the belief, from the environment alone (docs/grpo.md)."""
+    filter relabels the beliefs of its weeks (:func:`rhythm.agents.filtering.filtered_weeks`, as ``rhythm
+    relabel``), and ``rhythm sft`` learns those weeks beside the teacher's. DAgger for the belief, from the
+    environment alone (docs/grpo.md)."""
 
     config: str | None = None
     """SFT settings of the stage (configs/sft-tiny-dagger.yaml; data, model and output_dir are set by the
@@ -346,9 +347,8 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
 
         def do_play() -> dict[str, Any]:
             run_eval(play_cfg)
-            weeks = filtered_weeks([r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")])
-            own.write_bytes(b"".join(dumps(w) for w in weeks))
-            return {"weeks": len(weeks)}
+            played = [r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")]
+            return {"weeks": write_episodes(own, filtered_weeks(played))}
 
         stages.append(run_stage("dagger-play", play_dir, play_cfg, [grpo_dir], {"weeks": own}, do_play, say))
         dagger_cfg = load_config(SFTRunConfig, cfg.dagger.config, {

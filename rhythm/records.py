@@ -100,6 +100,18 @@ def dumps(record: dict[str, Any] | EpisodeRecord) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
+def write_episodes(path: str | Path, records: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> int:
+    """Write ``records`` as a whole JSONL file, replacing ``path`` only once every line is written (an earlier
+    file survives a failed run); returns how many were written."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lines = [dumps(r) for r in records]
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(b"".join(lines))
+    partial.replace(target)
+    return len(lines)
+
+
 def _open_input(path: str | Path) -> tuple[BinaryIO, str]:
     if str(path) == "-":
         return sys.stdin.buffer, "<stdin>"

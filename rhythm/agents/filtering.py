@@ -38,7 +38,6 @@ def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
     return out
 
 
-
 def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dict[str, Any]]:
     """The same weeks with every reply's BELIEF replaced (rounded as the protocol states it) and its action as
     played. With :func:`filter_beliefs`, the teacher's belief at the states a student reached: what ``rhythm

@@ -22,23 +22,18 @@ def relabel_command(
       rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl,own.jsonl --model runs/quickstart-few/grpo
     """
     import sys
-    from pathlib import Path
 
     from rhythm.agents.filtering import filtered_weeks
     from rhythm.cli.ui import err_console
     from rhythm.errors import RhythmError
-    from rhythm.records import dumps, read_episodes
+    from rhythm.records import dumps, read_episodes, write_episodes
 
     records = [record for _, record in read_episodes(episodes)]
     if not records:
         raise RhythmError(f"no weeks in {episodes}")
-    data = b"".join(dumps(week) for week in filtered_weeks(records))
+    weeks = filtered_weeks(records)
     if output == "-":
-        sys.stdout.write(data.decode())
+        sys.stdout.write(b"".join(dumps(week) for week in weeks).decode())
         return
-    target = Path(output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_bytes(data)
-    partial.replace(target)  # whole or not at all: an earlier file survives a failed run
-    err_console.print(f"relabelled {len(records)} weeks -> {target}", markup=False, highlight=False)
+    write_episodes(output, weeks)
+    err_console.print(f"relabelled {len(weeks)} weeks -> {output}", markup=False, highlight=False)
