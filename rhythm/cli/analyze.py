@@ -28,6 +28,10 @@ def paired_command(
     metric: Annotated[str, typer.Option("--metric", help="final_score | belief_mae | crashes | crashes:M (M one of V, "
                                                          "C, P, S, N): what is paired; for belief_mae and crashes "
                                                          "less is a win.")] = "final_score",
+    target: Annotated[Optional[str], typer.Option("--target", metavar="THIRD", show_default=False,
+                                                  help="Episodes JSONL of a third agent on the same people: also print "
+                                                       "the share of the distance from first to it that second closes, "
+                                                       "with its 95% CI.")] = None,
 ) -> None:
     """Second minus first, paired by person: mean final score difference per condition, 95% CI, wins.
 
@@ -36,11 +40,13 @@ def paired_command(
       rhythm analyze paired runs/eval/sft/eval_results_v2.episodes.jsonl runs/eval/grpo/eval_results_v2.episodes.jsonl
       rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric crashes:S    # serenity crashes a week
       rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric belief_mae   # the last belief's error
+      rhythm analyze paired FEW_SFT.episodes.jsonl REFINED.episodes.jsonl --target FULL_SFT.episodes.jsonl
     """
-    from rhythm.eval.paired import final_scores_of, lower_is_better, paired_differences, paired_table
+    from rhythm.eval.paired import distance_shares, final_scores_of, lower_is_better, paired_differences, paired_table
 
     pairs = final_scores_of(first, metric), final_scores_of(second, metric)
-    print(paired_table(paired_differences(*pairs, lower_better=lower_is_better(metric))))
+    shares = distance_shares(*pairs, final_scores_of(target, metric)) if target else None
+    print(paired_table(paired_differences(*pairs, lower_better=lower_is_better(metric)), shares))
 
 
 @analyze_app.command("behaviour")

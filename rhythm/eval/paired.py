@@ -9,7 +9,9 @@ the steps that ended with serenity below the crash line; any of V, C, P, S, N), 
 that stated no belief is left out.
 Pairing removes the person-to-person spread that makes two students' own CIs overlap: this is how
 docs/student.md compares one training choice with another on the same train-split seeds, and how the
-quickstart reports GRPO against SFT.
+quickstart reports GRPO against SFT. ``--target THIRD.episodes.jsonl`` also prints the share of the distance from
+first to third that second closes, ``mean(second - first) / mean(third - first)`` over the people all three played,
+with its 95% CI (:func:`distance_shares`): how much of the way from a student to a stronger one a refinement goes.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from rhythm.env.constants import METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.eval.behaviour import meter_crashes
-from rhythm.eval.stats import mean_ci, paired_win_rate
+from rhythm.eval.stats import bootstrap_ci, mean_ci, paired_win_rate
 from rhythm.records import read_episodes
 
 Key = tuple[str, str, int]
@@ -80,15 +84,54 @@ def paired_differences(first: dict[Key, float], second: dict[Key, float], lower_
     return out
 
 
+def distance_shares(first: dict[Key, float], second: dict[Key, float], target: dict[Key, float]) -> dict[str, dict[str, Any]]:
+    """Per condition: ``{"episodes": n, "share": s, "ci95": [lo, hi]}``, the share of the distance from ``first`` to
+    ``target`` that ``second`` closes, ``s = mean(second - first) / mean(target - first)`` over the people all three
+    played, its interval the one bootstrap (:func:`rhythm.eval.stats.bootstrap_ci`) with each person's three values
+    resampled together. A condition where the mean distance is 0 has no share (None). The ratio does not depend on
+    which direction is better, so it reads the same for every metric."""
+    shared = sorted(set(first) & set(second) & set(target))
+    if not shared:
+        raise RhythmError("the three sides share no person (condition, split and seed): no distance to share")
+
+    def share(a: np.ndarray, b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (b - a).mean(axis=axis) / (c - a).mean(axis=axis)
+
+    out = {}
+    for cond in sorted({k[0] for k in shared}, key=condition_order):
+        keys = [k for k in shared if k[0] == cond]
+        a, b, c = (np.array([side[k] for k in keys], dtype=np.float64) for side in (first, second, target))
+        value = float(share(a, b, c))
+        if not np.isfinite(value):
+            out[cond] = {"episodes": len(keys), "share": None, "ci95": None}
+            continue
+        if len(keys) < 2 or (np.ptp(b - a) == 0.0 and np.ptp(c - a) == 0.0):
+            lo = hi = value
+        else:
+            lo, hi = bootstrap_ci((a, b, c), share)
+        out[cond] = {"episodes": len(keys), "share": round(value, 6), "ci95": [round(lo, 6), round(hi, 6)]}
+    return out
+
+
 def final_scores_of(files: str, metric: str = "final_score") -> dict[Key, float]:
     """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths)."""
     return final_scores((r for path in files.split(",") for _, r in read_episodes(path)), metric)
 
 
-def paired_table(diffs: dict[str, dict[str, Any]]) -> str:
-    """:func:`paired_differences` as the table ``rhythm analyze paired`` prints."""
-    lines = ["condition  people  second - first [95% CI]    second wins"]
+def paired_table(diffs: dict[str, dict[str, Any]], shares: dict[str, dict[str, Any]] | None = None) -> str:
+    """:func:`paired_differences` as the table ``rhythm analyze paired`` prints; with ``shares``
+    (:func:`distance_shares`) each row also gives the share of the distance to the target, in percent."""
+    lines = ["condition  people  second - first [95% CI]    second wins" + ("  share of target - first [95% CI]" if shares else "")]
     for cond, d in diffs.items():
         lo, hi = d["ci95"]
-        lines.append(f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  {d['win_rate']:.2f}")
+        line = f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  {d['win_rate']:.2f}"
+        if shares:
+            line += " " * 7  # under its header, past "second wins"
+            s = shares.get(cond)
+            if s is None or s["share"] is None:
+                line += "  -"
+            else:
+                line += f"  {100 * s['share']:.0f}% [{100 * s['ci95'][0]:.0f}%, {100 * s['ci95'][1]:.0f}%] of {s['episodes']}"
+        lines.append(line)
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.errors import RhythmError
-from rhythm.eval.paired import episode_value, final_scores, lower_is_better, paired_differences
+from rhythm.eval.paired import distance_shares, episode_value, final_scores, lower_is_better, paired_differences
 from rhythm.records import JsonlWriter
 
 people = st.dictionaries(
@@ -43,6 +43,34 @@ def test_only_shared_people_are_paired_and_conditions_keep_the_benchmark_order()
     assert diffs["ood"]["mean"] == pytest.approx(0.4)
     with pytest.raises(RhythmError, match="share no person"):
         paired_differences({("ood", "train", 1): 0.1}, {("ood", "train", 2): 0.1})
+
+
+@given(people, people, st.floats(-1.0, 2.0, allow_nan=False))
+@settings(max_examples=60, deadline=None)
+def test_a_second_that_goes_k_of_each_persons_way_closes_k_of_the_distance(first, gaps, k):
+    target = {key: v + (0.1 + abs(gaps.get(key, 0.3))) for key, v in first.items()}  # every gap positive
+    second = {key: v + k * (target[key] - v) for key, v in first.items()}
+    shares = distance_shares(first, second, target)
+    assert sum(d["episodes"] for d in shares.values()) == len(first)
+    for d in shares.values():
+        assert d["share"] == pytest.approx(k, abs=1e-5)
+        assert d["ci95"][0] == pytest.approx(k, abs=1e-4) and d["ci95"][1] == pytest.approx(k, abs=1e-4)
+
+
+def test_the_share_is_the_ratio_of_mean_differences_over_the_people_all_three_played():
+    first = {("ood", "train", s): 0.5 for s in range(6)}
+    second = {("ood", "train", s): 0.5 + d for s, d in enumerate([0.00, 0.02, 0.01, 0.03, 0.00, 0.04])}
+    target = {("ood", "train", s): 0.5 + d for s, d in enumerate([0.05, 0.02, 0.04, 0.06, 0.03, 0.99])}
+    del target[("ood", "train", 5)]  # played by two sides only: left out
+    d = distance_shares(first, second, target)["ood"]
+    assert d["episodes"] == 5 and d["share"] == pytest.approx(0.06 / 0.20, abs=1e-6)
+    assert d["ci95"][0] < d["share"] < d["ci95"][1]
+    assert distance_shares(first, second, target) == {"ood": d}, "the same people give the same interval"
+    lower = {k: -v for k, v in first.items()}, {k: -v for k, v in second.items()}, {k: -v for k, v in target.items()}
+    assert distance_shares(*lower)["ood"]["share"] == pytest.approx(d["share"]), "direction does not matter"
+    assert distance_shares(first, second, first)["ood"] == {"episodes": 6, "share": None, "ci95": None}
+    with pytest.raises(RhythmError, match="share no person"):
+        distance_shares(first, second, {("in-dist", "train", 0): 0.5})
 
 
 def test_a_person_played_twice_on_one_side_is_refused():
@@ -129,6 +157,24 @@ def test_the_per_meter_crashes_add_up_to_the_envs_count_and_the_belief_metric_pa
     total = means("crashes")
     by_meter = [means(f"crashes:{m}") for m in "VCPSN"]
     assert [sum(c) for c in zip(*by_meter, strict=True)] == pytest.approx(total, abs=3e-3)
+
+
+def test_the_command_prints_the_share_of_a_targets_distance(two_agents, tmp_path, run_cli):
+    _, records, paths = two_agents
+    halfway = tmp_path / "halfway.jsonl"  # each week's score halfway from heuristic's to bayes's
+    h = {(r["condition"], r["seed"]): r["score"]["final_score"] for r in records["heuristic"]}
+    with JsonlWriter(halfway) as w:
+        for r in records["bayes"]:
+            key = (r["condition"], r["seed"])
+            w.write({**r, "score": {**r["score"], "final_score": (h[key] + r["score"]["final_score"]) / 2}})
+    bayes = ",".join(map(str, paths["bayes"]))
+    code, out, err = run_cli("analyze", "paired", str(paths["heuristic"][0]), str(halfway), "--target", bayes)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].endswith("share of target - first [95% CI]")
+    assert [line.split()[6] for line in lines[1:]] == ["50%", "50%"] and all(line.endswith("of 4") for line in lines[1:])
+    code, _, err = run_cli("analyze", "paired", str(paths["heuristic"][0]), str(halfway), "--target", str(tmp_path / "no.jsonl"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
 
 
 def test_the_command_gives_one_line_and_exit_2_on_bad_input(two_agents, tmp_path, run_cli):
