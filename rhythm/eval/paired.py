@@ -68,16 +68,22 @@ def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score")
     return {k: v for k, v in values.items() if v is not None}
 
 
+def shared_people(*sides: dict[Key, float], none: str) -> list[tuple[str, list[Key]]]:
+    """The people every side played, per condition in the benchmark's order: ``[(condition, sorted keys)]``;
+    none in common raises ``RhythmError(none)``."""
+    shared = sorted(set.intersection(*(set(side) for side in sides)))
+    if not shared:
+        raise RhythmError(none)
+    return [(cond, [k for k in shared if k[0] == cond]) for cond in sorted({k[0] for k in shared}, key=condition_order)]
+
+
 def paired_differences(first: dict[Key, float], second: dict[Key, float], lower_better: bool = False) -> dict[str, dict[str, Any]]:
     """Per condition: ``{"episodes": n, "mean": m, "ci95": [lo, hi], "win_rate": w}`` of (second - first)
     over the people both sides played (conditions in the benchmark's order); none in common raises. A win is a
     higher value, or a lower one with ``lower_better``."""
-    shared = sorted(set(first) & set(second))
-    if not shared:
-        raise RhythmError("the two sides share no person (condition, split and seed): nothing to pair")
     out = {}
-    for cond in sorted({k[0] for k in shared}, key=condition_order):
-        keys = [k for k in shared if k[0] == cond]
+    for cond, keys in shared_people(first, second, none="the two sides share no person (condition, split and seed): "
+                                                          "nothing to pair"):
         a, b = [first[k] for k in keys], [second[k] for k in keys]
         out[cond] = {"episodes": len(keys), **mean_ci([y - x for x, y in zip(a, b, strict=True)]),
                      "win_rate": paired_win_rate(a, b) if lower_better else paired_win_rate(b, a)}
@@ -90,17 +96,13 @@ def distance_shares(first: dict[Key, float], second: dict[Key, float], target: d
     played, its interval the one bootstrap (:func:`rhythm.eval.stats.bootstrap_ci`) with each person's three values
     resampled together. A condition where the mean distance is 0 has no share (None). The ratio does not depend on
     which direction is better, so it reads the same for every metric."""
-    shared = sorted(set(first) & set(second) & set(target))
-    if not shared:
-        raise RhythmError("the three sides share no person (condition, split and seed): no distance to share")
-
     def share(a: np.ndarray, b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             return (b - a).mean(axis=axis) / (c - a).mean(axis=axis)
 
     out = {}
-    for cond in sorted({k[0] for k in shared}, key=condition_order):
-        keys = [k for k in shared if k[0] == cond]
+    for cond, keys in shared_people(first, second, target, none="the three sides share no person (condition, split "
+                                                                 "and seed): no distance to share"):
         a, b, c = (np.array([side[k] for k in keys], dtype=np.float64) for side in (first, second, target))
         value = float(share(a, b, c))
         if not np.isfinite(value):
