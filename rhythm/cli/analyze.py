@@ -25,9 +25,10 @@ EpisodesArg = Annotated[str, typer.Argument(metavar="EPISODES", show_default=Fal
 def paired_command(
     first: EpisodesArg,
     second: Annotated[str, typer.Argument(metavar="SECOND", help="Episodes JSONL of the second agent, on the same people.", show_default=False)],
-    metric: Annotated[str, typer.Option("--metric", help="final_score | belief_mae | crashes | crashes:M (M one of V, "
-                                                         "C, P, S, N): what is paired; for belief_mae and crashes "
-                                                         "less is a win.")] = "final_score",
+    metric: Annotated[str, typer.Option("--metric", help="final_score | behaviour_score | belief_score (the final "
+                                                         "score's parts: 0.8 and 0.2 of it) | belief_mae | crashes | "
+                                                         "crashes:M (M one of V, C, P, S, N): what is paired; for "
+                                                         "belief_mae and crashes less is a win.")] = "final_score",
     target: Annotated[Optional[str], typer.Option("--target", metavar="THIRD", show_default=False,
                                                   help="Episodes JSONL of a third agent on the same people: also print "
                                                        "the share of the distance from first to it that second closes, "

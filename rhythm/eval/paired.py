@@ -6,7 +6,7 @@ first) over the people both played, its seeded 95% bootstrap CI (:func:`rhythm.e
 how often the second beats the first. ``--metric crashes`` pairs the crashes a week instead (``crashes:S``:
 the steps that ended with serenity below the crash line; any of V, C, P, S, N), where fewer is a win;
 ``--metric belief_mae`` the grader's last belief error (``score.belief_mae``), where lower is a win and a week
-that stated no belief is left out.
+that stated no belief is left out; ``--metric behaviour_score`` / ``belief_score`` the final score's two parts.
 Pairing removes the person-to-person spread that makes two students' own CIs overlap: this is how
 docs/student.md compares one training choice with another on the same train-split seeds, and how the
 quickstart reports GRPO against SFT. ``--target THIRD.episodes.jsonl`` also prints the share of the distance from
@@ -31,9 +31,12 @@ Key = tuple[str, str, int]
 """An episode's person: condition, split, seed."""
 
 
-METRICS = ("final_score", "belief_mae", "crashes", *(f"crashes:{m}" for m in METER_ABBREV))
-"""What ``rhythm analyze paired`` can pair: the final score (v3), the last belief's error, the week's crashes, or
-one meter's."""
+SCORES = ("final_score", "behaviour_score", "belief_score")
+"""The grader's score and its two parts (``final = 0.8 behaviour + 0.2 belief``, :mod:`rhythm.grader`): pairing each
+says whether a gain is in what the agent did or in what it believed."""
+METRICS = (*SCORES, "belief_mae", "crashes", *(f"crashes:{m}" for m in METER_ABBREV))
+"""What ``rhythm analyze paired`` can pair: the final score (v3) or one of its parts, the last belief's error, the
+week's crashes, or one meter's."""
 
 
 def lower_is_better(metric: str) -> bool:
@@ -44,8 +47,11 @@ def lower_is_better(metric: str) -> bool:
 def episode_value(record: dict[str, Any], metric: str = "final_score") -> float | None:
     """One week's ``metric`` (:data:`METRICS`); ``crashes:M`` is meter M's count in
     :func:`rhythm.eval.behaviour.meter_crashes`; ``belief_mae`` is None for a week that stated no belief."""
-    if metric == "final_score":
-        return float(record["score"]["final_score"])
+    if metric in SCORES:
+        value = record["score"].get(metric)
+        if value is None:
+            raise RhythmError(f"{record['condition']} person {record['seed']} has no score.{metric}")
+        return float(value)
     if metric == "belief_mae":
         mae = record["score"].get("belief_mae")
         return None if mae is None else float(mae)

@@ -3,6 +3,7 @@ command line's bad input."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -103,6 +104,15 @@ def test_the_belief_metric_is_the_graders_last_belief_error_lower_wins_and_a_wee
     assert lower_is_better("belief_mae") and not lower_is_better("final_score")
 
 
+def test_the_score_parts_are_the_graders_and_a_week_graded_without_them_is_refused():
+    rec = {"condition": "ood", "split": "train", "seed": 4,
+           "score": {"final_score": 0.5, "behaviour_score": 0.45, "belief_score": 0.7}}
+    assert [episode_value(rec, m) for m in ("final_score", "behaviour_score", "belief_score")] == [0.5, 0.45, 0.7]
+    assert not lower_is_better("behaviour_score") and not lower_is_better("belief_score")
+    with pytest.raises(RhythmError, match="ood person 4 has no score.belief_score"):
+        final_scores([{**rec, "score": {"final_score": 0.5}}], "belief_score")
+
+
 @pytest.fixture(scope="module")
 def two_agents(tmp_path_factory):
     """Heuristic and bayes weeks of the same people, in two conditions (bayes split over two files)."""
@@ -154,6 +164,8 @@ def test_the_per_meter_crashes_add_up_to_the_envs_count_and_the_belief_metric_pa
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert rows["ood"][1] == "3" and rows["in-dist"][1] == "4", "the week that states no belief is left out"
     assert all(float(r[2]) == pytest.approx(0.01, abs=5e-4) and float(r[-1]) == 0.0 for r in rows.values())
+    parts = 0.8 * np.array(means("behaviour_score")) + 0.2 * np.array(means("belief_score"))
+    assert parts == pytest.approx(means("final_score"), abs=1.2e-3), "the final score's difference is its parts'"
     total = means("crashes")
     by_meter = [means(f"crashes:{m}") for m in "VCPSN"]
     assert [sum(c) for c in zip(*by_meter, strict=True)] == pytest.approx(total, abs=3e-3)
