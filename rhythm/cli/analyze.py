@@ -55,7 +55,7 @@ def behaviour_command(
     episodes: Annotated[list[str], typer.Argument(metavar="EPISODES...", show_default=False,
                                                   help="Episodes JSONL files, one per agent (join several with commas).")],
 ) -> None:
-    """What each agent did, per condition: crashes a week, behaviour score, last belief MAE, action shares (%).
+    """What each agent did, per condition: crashes a week, behaviour score, last belief MAE and reach, action shares (%).
 
     \b
     Examples:

@@ -1,5 +1,6 @@
-"""What agents did, side by side: crashes a week (and on which meter), behaviour score, last belief error,
-and how often each action was played, per condition.
+"""What agents did, side by side: crashes a week (and on which meter), behaviour score, last belief error, how
+far the last stated belief ever goes from 0.5 beside how far the people are, and how often each action was played,
+per condition.
 
 Run: ``rhythm analyze behaviour A.episodes.jsonl B.episodes.jsonl ...``. It shows *how* two students
 differ where :mod:`rhythm.eval.paired` shows *by how much*: docs/grpo.md reads from it that every refine
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
+from rhythm.grader import true_belief
 from rhythm.records import read_episodes
 
 
@@ -27,10 +29,28 @@ def meter_crashes(record: dict[str, Any]) -> np.ndarray:
     return below.reshape(-1, len(METER_ABBREV)).sum(axis=0)
 
 
+def last_belief(record: dict[str, Any]) -> list[float] | None:
+    """The last belief a week stated (its steps' ``belief``), or None when it stated none."""
+    return next((s["belief"] for s in reversed(record["steps"]) if s.get("belief") is not None), None)
+
+
+def belief_reach(records: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
+    """How far from 0.5 any number of the weeks' last stated beliefs goes, and how far the same people's true
+    (S, M, W) go (:func:`rhythm.grader.true_belief`): ``(stated, truth)``, None when no week stated a belief. A
+    stated reach well short of the truth's is a belief that cannot say how extreme a person is (a student whose
+    teacher weeks never showed such a person)."""
+    stated = [(r, b) for r in records if (b := last_belief(r)) is not None]
+    if not stated:
+        return None
+    truth = np.array([true_belief(r["condition"], r["split"], [int(r["seed"])])[0] for r, _ in stated])
+    return float(np.abs(np.array([b for _, b in stated]) - 0.5).max()), float(np.abs(truth - 0.5).max())
+
+
 def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per condition: ``{"episodes", "crashes", "crashes_by_meter": {V: ...}, "behaviour", "belief_mae", "actions":
-    {name: share}}`` (means over episodes; a step's crash on a meter is that meter below ``CRASH_THRESHOLD`` after it,
-    as the env counts them; the belief MAE over the episodes that stated one; shares over all steps)."""
+    """Per condition: ``{"episodes", "crashes", "crashes_by_meter": {V: ...}, "behaviour", "belief_mae",
+    "belief_reach", "actions": {name: share}}`` (means over episodes; a step's crash on a meter is that meter below
+    ``CRASH_THRESHOLD`` after it, as the env counts them; the belief MAE over the episodes that stated one; the
+    belief's reach by :func:`belief_reach`; shares over all steps)."""
     by_cond: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_cond.setdefault(r["condition"], []).append(r)
@@ -47,6 +67,7 @@ def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
             "crashes_by_meter": dict(zip(METER_ABBREV, by_meter.tolist(), strict=True)),
             "behaviour": float(np.mean([e["score"]["behaviour_score"] for e in eps])),
             "belief_mae": float(np.mean(maes)) if maes else None,
+            "belief_reach": belief_reach(eps),
             "actions": {a: counts.get(a, 0) / total for a in ACTIONS},
         }
     return out
@@ -58,7 +79,7 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
     played = [a for a in ACTIONS if any(p[c]["actions"][a] > 0 for _, p in named for c in p)]
     by_meter = "by meter " + "/".join(METER_ABBREV)
     width = max([16, *(len(name) for name, _ in named)])
-    head = f"{'condition':9s}  {'agent':{width}s}  people  crashes  {by_meter:>20s}  behaviour  belief MAE  " + " ".join(f"{a[:6]:>6s}" for a in played)
+    head = f"{'condition':9s}  {'agent':{width}s}  people  crashes  {by_meter:>20s}  behaviour  belief MAE  reach (truth)  " + " ".join(f"{a[:6]:>6s}" for a in played)
     lines = [head]
     conds = sorted({c for _, p in named for c in p}, key=condition_order)
     for cond in conds:
@@ -67,9 +88,10 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
                 continue
             d = prof[cond]
             mae = "      -" if d["belief_mae"] is None else f"{d['belief_mae']:.4f}"
+            reach = "-" if d["belief_reach"] is None else "{:.2f} ({:.2f})".format(*d["belief_reach"])
             by_meter = "/".join(f"{d['crashes_by_meter'][m]:.2f}" for m in METER_ABBREV)
             shares = " ".join(f"{100 * d['actions'][a]:6.1f}" for a in played)
-            lines.append(f"{cond:9s}  {name:{width}s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {by_meter:>20s}  {d['behaviour']:9.3f}  {mae:>10s}  {shares}")
+            lines.append(f"{cond:9s}  {name:{width}s}  {d['episodes']:6d}  {d['crashes']:7.2f}  {by_meter:>20s}  {d['behaviour']:9.3f}  {mae:>10s}  {reach:>13s}  {shares}")
     return "\n".join(lines)
 
 

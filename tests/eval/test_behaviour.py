@@ -8,7 +8,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.constants import ACTIONS
-from rhythm.eval.behaviour import behaviour_profile, behaviour_table, label, labels
+from rhythm.eval.behaviour import behaviour_profile, behaviour_table, belief_reach, label, labels
 from rhythm.records import JsonlWriter
 
 
@@ -39,6 +39,23 @@ def test_shares_crashes_and_belief_error_by_hand():
     assert table[2].split()[:5] == ["ood", "a", "2", "1.50", "0.00/0.00/0.50/1.00/0.00"]
 
 
+def test_the_belief_reach_is_the_farthest_stated_number_from_half_beside_the_truths():
+    from rhythm.grader import true_belief
+
+    def week(seed, beliefs):
+        return {"condition": "ood", "split": "train", "seed": seed, "score": {"crashes": 0, "behaviour_score": 0.5},
+                "steps": [{"belief": b, "action": "SLEEP", "meters": [0.5] * 5} for b in beliefs]}
+
+    records = [week(1, [[0.9, 0.5, 0.5], [0.3, 0.6, 0.55]]), week(2, [[0.5, 0.5, 0.5], None]), week(3, [None, None])]
+    truth = true_belief("ood", "train", [1, 2])
+    stated, true = belief_reach(records)
+    assert stated == pytest.approx(0.2), "the last stated belief of each week (0.3 and 0.5), not an earlier one"
+    assert true == pytest.approx(abs(truth - 0.5).max()), "the truth of the people that stated one (3 did not)"
+    assert belief_reach([records[2]]) is None
+    row = behaviour_table([("a", behaviour_profile(records))]).splitlines()[1]
+    assert f"0.20 ({true:.2f})" in row
+
+
 def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_cli):
     path = tmp_path / "heuristic" / "eval_results_v2.episodes.jsonl"
     path.parent.mkdir()
@@ -51,6 +68,7 @@ def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_c
     assert code == 0, err
     row = out.splitlines()[1].split()
     assert row[:3] == ["in-dist", "heuristic", "3"]
+    assert behaviour_profile(records)["in-dist"]["belief_reach"] is None and row[6:8] == ["-", "-"], "the heuristic states none"
     assert float(row[3]) == pytest.approx(sum(r["score"]["crashes"] for r in records) / 3, abs=0.005)
     by_meter = behaviour_profile(records)["in-dist"]["crashes_by_meter"]
     assert sum(by_meter.values()) == pytest.approx(sum(r["score"]["crashes"] for r in records) / 3), \
