@@ -395,7 +395,8 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
     def scores(tag: str) -> dict:
         return final_scores(r for cond in cfg.eval_episodes for _, r in read_episodes(out / "eval" / tag / cond / "eval_results_v2.episodes.jsonl"))
 
-    minus_sft = {label: paired_differences(scores("sft"), scores(tag)) for label, tag, _, _ in refined}
+    sft_scores = scores("sft")
+    minus_sft = {label: paired_differences(sft_scores, scores(tag)) for label, tag, _, _ in refined}
     paired = minus_sft["student SFT+GRPO"]
 
     # 6. plots

@@ -102,10 +102,14 @@ def dumps(record: dict[str, Any] | EpisodeRecord) -> bytes:
 
 def write_episodes(path: str | Path, records: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> int:
     """Write ``records`` as a whole JSONL file, replacing ``path`` only once every line is written (an earlier
-    file survives a failed run); returns how many were written."""
+    file survives a failed run), or to stdout for ``-``; returns how many were written."""
+    lines = [dumps(r) for r in records]
+    if str(path) == "-":
+        sys.stdout.buffer.write(b"".join(lines))
+        sys.stdout.buffer.flush()
+        return len(lines)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    lines = [dumps(r) for r in records]
     partial = target.with_name(target.name + ".partial")
     partial.write_bytes(b"".join(lines))
     partial.replace(target)

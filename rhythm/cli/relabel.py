@@ -21,19 +21,14 @@ def relabel_command(
       rhythm relabel own/eval_results_v2.episodes.jsonl -o own.jsonl
       rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl,own.jsonl --model runs/quickstart-few/grpo
     """
-    import sys
-
     from rhythm.agents.filtering import filtered_weeks
     from rhythm.cli.ui import err_console
     from rhythm.errors import RhythmError
-    from rhythm.records import dumps, read_episodes, write_episodes
+    from rhythm.records import read_episodes, write_episodes
 
     records = [record for _, record in read_episodes(episodes)]
     if not records:
         raise RhythmError(f"no weeks in {episodes}")
-    weeks = filtered_weeks(records)
-    if output == "-":
-        sys.stdout.write(b"".join(dumps(week) for week in weeks).decode())
-        return
-    write_episodes(output, weeks)
-    err_console.print(f"relabelled {len(weeks)} weeks -> {output}", markup=False, highlight=False)
+    written = write_episodes(output, filtered_weeks(records))
+    if output != "-":
+        err_console.print(f"relabelled {written} weeks -> {output}", markup=False, highlight=False)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents.filtering import filter_beliefs, with_beliefs
+from rhythm.agents.filtering import filtered_weeks
 from rhythm.env.constants import ACTIONS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
@@ -186,7 +186,7 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
     yield f"  student, the recorded beliefs in context  {row(student)}"
     yield f"  the recorded beliefs                      {row(recorded)}"
     if filter_probe:
-        student, filtered = teacher_forced_errors(model, tokenizer, with_beliefs(records, filter_beliefs(records)))
+        student, filtered = teacher_forced_errors(model, tokenizer, filtered_weeks(records))
         yield f"  student, the filter's beliefs in context  {row(student)}"
         yield f"  bayes filter on these weeks               {row(filtered)}"
     if actions:
