@@ -19,3 +19,17 @@ def test_research_patch_applies_to_the_working_tree() -> None:
         pytest.skip("not a git checkout")
     done = subprocess.run(["git", "apply", "--check", str(PATCH)], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_factor_judge_patch_applies_to_its_commit(tmp_path: Path) -> None:
+    """The twentieth round's QF1 row reruns on dba9339's tree with benchmarks/belief_factor_judge.patch."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tree = subprocess.run(["git", "archive", "dba9339"], cwd=ROOT, capture_output=True)
+    if tree.returncode != 0:
+        pytest.skip("commit dba9339 is not in this clone (shallow?)")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=tree.stdout, check=True)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    patch = ROOT / "benchmarks" / "belief_factor_judge.patch"
+    done = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
