@@ -22,7 +22,7 @@ def test_research_patch_applies_to_the_working_tree() -> None:
 
 
 def test_factor_judge_patch_applies_to_its_commit(tmp_path: Path) -> None:
-    """The twentieth round's QF1 row reruns on dba9339's tree with benchmarks/belief_factor_judge.patch."""
+    """The twentieth round's QF1, QE1 and QE2 rows rerun on dba9339's tree with benchmarks/belief_factor_judge.patch."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     tree = subprocess.run(["git", "archive", "dba9339"], cwd=ROOT, capture_output=True)
