@@ -21,15 +21,17 @@ def test_research_patch_applies_to_the_working_tree() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_factor_judge_patch_applies_to_its_commit(tmp_path: Path) -> None:
-    """The twentieth round's QF1, QE1 and QE2 rows rerun on dba9339's tree with benchmarks/belief_factor_judge.patch."""
+@pytest.mark.parametrize(("name", "commit"), [("belief_factor_judge", "dba9339"), ("belief_episode_reward", "1b2a2fd")])
+def test_round_twenty_patches_apply_to_their_commits(tmp_path: Path, name: str, commit: str) -> None:
+    """The twentieth round's rows that are not in the shipped code rerun on a fixed commit's tree with their patch:
+    QF1, QE1 and QE2 on dba9339 (the tenth round's reverted ``branch.judge: filter``), EPB12 on 1b2a2fd."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    tree = subprocess.run(["git", "archive", "dba9339"], cwd=ROOT, capture_output=True)
+    tree = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True)
     if tree.returncode != 0:
-        pytest.skip("commit dba9339 is not in this clone (shallow?)")
+        pytest.skip(f"commit {commit} is not in this clone (shallow?)")
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=tree.stdout, check=True)
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    patch = ROOT / "benchmarks" / "belief_factor_judge.patch"
+    patch = ROOT / "benchmarks" / f"{name}.patch"
     done = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
