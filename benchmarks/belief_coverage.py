@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,16 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import run_or_exit  # noqa: E402
 
 from rhythm.config import load_config  # noqa: E402
+from rhythm.model.tiny import number_value  # noqa: E402
 from rhythm.train.data import DataReport, tokenize_examples  # noqa: E402
 from rhythm.train.sft import SFTRunConfig, run_sft  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "rhythm" / "configs" / "sft-tiny-dagger.yaml"
-NUMBER = re.compile(r"[01]\.[0-9][0-9]")
 
 
 def number_ids(tokenizer: Any) -> set[int]:
-    """The tokens that are a belief number 0.00..1.00 on their own (the tiny tokenizer writes each as one)."""
-    return {i for t, i in tokenizer.get_vocab().items() if NUMBER.fullmatch(t)}
+    """The tokens that write a protocol number on their own (:func:`rhythm.model.tiny.number_value`; the tiny
+    tokenizer writes each belief number 0.00..1.00 as one)."""
+    return {i for t, i in tokenizer.get_vocab().items() if number_value(t) is not None}
 
 
 def belief_numbers_only(mode: str):

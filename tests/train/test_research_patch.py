@@ -12,11 +12,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PATCH = ROOT / "benchmarks" / "grpo_research.patch"
 
 
+def skip_outside_git() -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+
+
 def test_research_patch_applies_to_the_working_tree() -> None:
     """benchmarks/grpo_ablation.sh applies the patch to HEAD for its patched rows; when branch.py or trainer.py
     change, the patch must be rebased with them, or those rows of docs/grpo.md cannot be rerun."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout")
+    skip_outside_git()
     done = subprocess.run(["git", "apply", "--check", str(PATCH)], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -25,8 +29,7 @@ def test_research_patch_applies_to_the_working_tree() -> None:
 def test_round_twenty_patches_apply_to_their_commits(tmp_path: Path, name: str, commit: str) -> None:
     """The twentieth round's rows that are not in the shipped code rerun on a fixed commit's tree with their patch:
     QF1, QE1 and QE2 on dba9339 (the tenth round's reverted ``branch.judge: filter``), EPB12 on 1b2a2fd."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout")
+    skip_outside_git()
     tree = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True)
     if tree.returncode != 0:
         pytest.skip(f"commit {commit} is not in this clone (shallow?)")
