@@ -95,6 +95,13 @@ def episode_key(record: dict[str, Any]) -> tuple[str, str, int]:
     return (record["condition"], record["split"], int(record["seed"]))
 
 
+def graded_belief(record: dict[str, Any]) -> list[float] | None:
+    """The belief the grader grades: the one a week states at its last step (None when that step states none,
+    which scores no belief, whatever an earlier step said)."""
+    steps = record["steps"]
+    return steps[-1].get("belief") if steps else None
+
+
 def dumps(record: dict[str, Any] | EpisodeRecord) -> bytes:
     data = record.to_dict() if isinstance(record, EpisodeRecord) else record
     return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"

@@ -19,7 +19,7 @@ import numpy as np
 
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.grader import true_belief
-from rhythm.records import read_episodes
+from rhythm.records import graded_belief, read_episodes
 
 
 def meter_crashes(record: dict[str, Any]) -> np.ndarray:
@@ -29,17 +29,12 @@ def meter_crashes(record: dict[str, Any]) -> np.ndarray:
     return below.reshape(-1, len(METER_ABBREV)).sum(axis=0)
 
 
-def last_belief(record: dict[str, Any]) -> list[float] | None:
-    """The last belief a week stated (its steps' ``belief``), or None when it stated none."""
-    return next((s["belief"] for s in reversed(record["steps"]) if s.get("belief") is not None), None)
-
-
 def belief_reach(records: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
-    """How far from 0.5 any number of the weeks' last stated beliefs goes, and how far the same people's true
-    (S, M, W) go (:func:`rhythm.grader.true_belief`): ``(stated, truth)``, None when no week stated a belief. A
-    stated reach well short of the truth's is a belief that cannot say how extreme a person is (a student whose
+    """How far from 0.5 any number of the weeks' graded beliefs (:func:`rhythm.records.graded_belief`) goes, and how
+    far the same people's true (S, M, W) go (:func:`rhythm.grader.true_belief`): ``(stated, truth)``, None when no
+    week's last step stated a belief. A stated reach well short of the truth's is a belief that cannot say how extreme a person is (a student whose
     teacher weeks never showed such a person)."""
-    stated = [(r, b) for r in records if (b := last_belief(r)) is not None]
+    stated = [(r, b) for r in records if (b := graded_belief(r)) is not None]
     if not stated:
         return None
     truth = np.array([true_belief(r["condition"], r["split"], [int(r["seed"])])[0] for r, _ in stated])

@@ -25,7 +25,7 @@ from rhythm.eval.stats import mean_ci
 from rhythm.grader import score_episode
 from rhythm.protocol import FALLBACK_ACTION, parse_reply
 from rhythm.provenance import versions
-from rhythm.records import read_episodes
+from rhythm.records import graded_belief, read_episodes
 
 SCORE_FIELDS = ("final_score", "final_score_v2", "behaviour_score", "belief_mae")
 
@@ -107,9 +107,8 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> 
                 if "reward" in step and _differs(step["reward"], reward, tolerance):
                     rec["_flags"].append(f"step {t}: stored reward {step['reward']} does not replay ({reward:.6f})")
         for i, (where, rec) in enumerate(group):
-            belief = rec["steps"][-1].get("belief")
-            score = score_episode(float(played.returns[i]), int(played.crashes[i]), belief, played.belief_targets[i],
-                                  condition).to_dict()
+            score = score_episode(float(played.returns[i]), int(played.crashes[i]), graded_belief(rec),
+                                  played.belief_targets[i], condition).to_dict()
             stored = rec.get("score") or {}
             for key in SCORE_FIELDS:
                 if key in stored and _differs(stored[key], score[key], tolerance):

@@ -9,7 +9,7 @@ from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.env.constants import ACTIONS
 from rhythm.eval.behaviour import behaviour_profile, behaviour_table, belief_reach, label, labels
-from rhythm.records import JsonlWriter
+from rhythm.records import JsonlWriter, graded_belief
 
 
 def _week(condition, seed, actions, crashes, behaviour, mae, meters=None):
@@ -46,12 +46,15 @@ def test_the_belief_reach_is_the_farthest_stated_number_from_half_beside_the_tru
         return {"condition": "ood", "split": "train", "seed": seed, "score": {"crashes": 0, "behaviour_score": 0.5},
                 "steps": [{"belief": b, "action": "SLEEP", "meters": [0.5] * 5} for b in beliefs]}
 
-    records = [week(1, [[0.9, 0.5, 0.5], [0.3, 0.6, 0.55]]), week(2, [[0.5, 0.5, 0.5], None]), week(3, [None, None])]
+    records = [week(1, [[0.9, 0.5, 0.5], [0.3, 0.6, 0.55]]), week(2, [[0.5, 0.5, 0.5], [0.45, 0.5, 0.5]]),
+               week(3, [[0.05, 0.5, 0.5], None]), week(4, [None, None])]
     truth = true_belief("ood", "train", [1, 2])
     stated, true = belief_reach(records)
-    assert stated == pytest.approx(0.2), "the last stated belief of each week (0.3 and 0.5), not an earlier one"
-    assert true == pytest.approx(abs(truth - 0.5).max()), "the truth of the people that stated one (3 did not)"
-    assert belief_reach([records[2]]) is None
+    assert stated == pytest.approx(0.2), "the belief of each week's last step (0.3 and 0.45), not an earlier one"
+    assert true == pytest.approx(abs(truth - 0.5).max()), \
+        "the truth of the people graded on a belief: 3 stated one only before its last step, 4 none"
+    assert belief_reach(records[2:]) is None, "as the grader: an earlier belief does not stand in for the last step's"
+    assert [graded_belief(r) for r in records] == [[0.3, 0.6, 0.55], [0.45, 0.5, 0.5], None, None]
     row = behaviour_table([("a", behaviour_profile(records))]).splitlines()[1]
     assert f"0.20 ({true:.2f})" in row
 
