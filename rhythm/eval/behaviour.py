@@ -32,8 +32,8 @@ def meter_crashes(record: dict[str, Any]) -> np.ndarray:
 def belief_reach(records: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
     """How far from 0.5 any number of the weeks' graded beliefs (:func:`rhythm.records.graded_belief`) goes, and how
     far the same people's true (S, M, W) go (:func:`rhythm.grader.true_belief`): ``(stated, truth)``, None when no
-    week's last step stated a belief. A stated reach well short of the truth's is a belief that cannot say how extreme a person is (a student whose
-    teacher weeks never showed such a person)."""
+    week's last step stated a belief. A stated reach well short of the truth's is a belief that cannot say how
+    extreme a person is (a student whose teacher weeks never showed such a person)."""
     stated = [(r, b) for r in records if (b := graded_belief(r)) is not None]
     if not stated:
         return None
