@@ -68,9 +68,9 @@ class DaggerStage:
     config: str | None = None
     """SFT settings of the stage (configs/sft-tiny-dagger.yaml; data, model and output_dir are set by the
     quickstart); null: no stage."""
-    seeds: str = "5512-6023"
+    seeds: str = "5512-9607"
     """Train-split in-dist people the refined student plays (no teacher week and no GRPO rollout played them)."""
-    copies: Positive = 4
+    copies: Positive = 1
     """Times the relabelled weeks enter the data, beside the teacher's weeks once."""
     sft: dict[str, Any] = field(default_factory=dict)
     """Overrides of the stage's SFT config."""

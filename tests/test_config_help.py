@@ -50,7 +50,7 @@ def test_help_config_lists_every_field_with_type_default_and_help(run_cli, comma
         assert "val_fraction: float (>= 0, < 1) = 0.1\n" in out and "echo_loss: float (>= 0, <= 1) | None = null\n" in out
         assert "\n    jobs.flavor: str | None = null\n        Run on Hugging Face Jobs" in out  # a section's fields, dotted
     else:
-        assert "\n    dagger.copies: int (>= 1) = 4\n        Times the relabelled weeks" in out
+        assert "\n    dagger.copies: int (>= 1) = 1\n        Times the relabelled weeks" in out
 
 
 def test_help_config_imports_no_torch() -> None:

@@ -22,7 +22,7 @@ def quickstart_command(
     \b
     Examples:
       rhythm quickstart      # -> runs/quickstart, ~10 min on 2 cores
-      rhythm quickstart --config configs/quickstart-few.yaml   # a tenth of the teacher weeks, GRPO then DAgger, ~29 min
+      rhythm quickstart --config configs/quickstart-few.yaml   # a tenth of the teacher weeks, GRPO then DAgger, ~27 min
     """
     import os
 

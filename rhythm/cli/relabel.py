@@ -17,9 +17,9 @@ def relabel_command(
 
     \b
     Examples:
-      rhythm eval --agent model:runs/quickstart-few/grpo --split train --seeds 5512-6023 --condition in-dist -o own/eval_results_v2.json
+      rhythm eval --agent model:runs/quickstart-few/grpo --split train --seeds 5512-9607 --condition in-dist -o own/eval_results_v2.json
       rhythm relabel own/eval_results_v2.episodes.jsonl -o own.jsonl
-      rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl,own.jsonl --model runs/quickstart-few/grpo
+      rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl --model runs/quickstart-few/grpo
     """
     from rhythm.agents.filtering import filtered_weeks
     from rhythm.cli.ui import err_console
