@@ -26,7 +26,8 @@ from rhythm.records import read_episodes, write_episodes
 
 
 def crashed(before: list[float] | None, after: list[float], new_only: bool) -> bool:
-    """Whether a meter is below the crash line after a step (``new_only``: one that was not before it)."""
+    """Whether a meter is below the crash line after a step (``new_only``: one that was not before it; the week's
+    first step has no recorded meters before it, so there any meter below the line counts as new)."""
     if not new_only or before is None:
         return min(after) < CRASH_THRESHOLD
     return any(a < CRASH_THRESHOLD <= b for a, b in zip(after, before, strict=True))
@@ -42,6 +43,7 @@ def marked(record: dict[str, Any], new_only: bool) -> dict[str, Any]:
 
 
 def selected(path: str, mark: str | None, max_crashes: int | None, min_crashes: int | None) -> Iterator[dict[str, Any]]:
+    """The weeks of ``path`` whose crash count is within the bounds, marked as ``mark`` says (None: as read)."""
     for _, record in read_episodes(path):
         crashes = record["score"]["crashes"]
         if (max_crashes is not None and crashes > max_crashes) or (min_crashes is not None and crashes < min_crashes):
