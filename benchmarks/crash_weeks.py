@@ -19,10 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from rhythm.env.constants import CRASH_THRESHOLD
-from rhythm.records import read_episodes, write_episodes
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import run_or_exit  # noqa: E402
+
+from rhythm.env.constants import CRASH_THRESHOLD  # noqa: E402
+from rhythm.records import read_episodes, write_episodes  # noqa: E402
 
 
 def crashed(before: list[float] | None, after: list[float], new_only: bool) -> bool:
@@ -59,9 +63,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-crashes", type=int, default=None)
     ap.add_argument("--min-crashes", type=int, default=None)
     args = ap.parse_args(argv)
-    n = write_episodes(args.output, list(selected(args.episodes, args.mark, args.max_crashes, args.min_crashes)))
-    print(f"{n} weeks -> {args.output}", file=sys.stderr)
+    run_or_exit("crash_weeks", run, args)
     return 0
+
+
+def run(args: argparse.Namespace) -> None:
+    n = write_episodes(args.output, selected(args.episodes, args.mark, args.max_crashes, args.min_crashes))
+    print(f"{n} weeks -> {args.output}", file=sys.stderr)
 
 
 if __name__ == "__main__":
