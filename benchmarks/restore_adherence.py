@@ -1,5 +1,5 @@
 """Does a student keep low meters off the crash line? At every state of its weeks where the restore pairs name an
-action (:func:`rhythm.train.grpo.pairs.restoring_action`: a meter below ``--below`` that one action can keep off the
+action (:func:`rhythm.agents.restore.restoring_action`: a meter below ``--below`` that one action can keep off the
 crash line), how often it played that action; with ``--model``, the probability each model gives it there.
 
 The restore pairs (``configs/grpo-tiny-restore.yaml``) compare the student's action with that one at such states;
@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, run_or_exit  # noqa: E402
 
 from rhythm.agents.episodes import replay  # noqa: E402
+from rhythm.agents.restore import restoring_action  # noqa: E402
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS  # noqa: E402
 from rhythm.errors import RhythmError  # noqa: E402
 from rhythm.records import read_episodes  # noqa: E402
-from rhythm.train.grpo.pairs import restoring_action  # noqa: E402
 
 
 def start_meters(records: list[dict[str, Any]]) -> list[np.ndarray]:

@@ -1,7 +1,7 @@
 """How much of a student's room is serenity? The student plays as it would, except that where serenity is below
 ``--below`` (and it is not night) its action is MEDITATE: the reply keeps its own belief and names MEDITATE.
 With ``--rule restore`` the rule covers every meter the restore pairs do: wherever
-:func:`rhythm.train.grpo.pairs.restoring_action` names an action (a meter below ``--below`` that one action can keep off
+:func:`rhythm.agents.restore.restoring_action` names an action (a meter below ``--below`` that one action can keep off
 the crash line), that action is played: what ``configs/grpo-tiny-restore.yaml`` could teach at most.
 
 The few-teacher-weeks student crashes on serenity 2.3 times an in-dist week (the full-data student 0.3, the teacher
@@ -28,12 +28,12 @@ from _common import report, run_or_exit  # noqa: E402
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec  # noqa: E402
 from rhythm.agents.episodes import play  # noqa: E402
 from rhythm.agents.model import ModelAgent  # noqa: E402
+from rhythm.agents.restore import restoring_action  # noqa: E402
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, CONDITIONS, MEDITATE, NIGHT, S  # noqa: E402
 from rhythm.model.load import ModelOptions  # noqa: E402
 from rhythm.protocol import format_ending  # noqa: E402
 from rhythm.records import JsonlWriter  # noqa: E402
 from rhythm.seeds import parse_seeds  # noqa: E402
-from rhythm.train.grpo.pairs import restoring_action  # noqa: E402
 
 
 class RuledStudent:

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from rhythm.agents.filtering import filtered_weeks
-from rhythm.config import NULL, Positive, config_dict, load_config, write_config
+from rhythm.config import NULL, Positive, Unit, config_dict, load_config, write_config
 from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
@@ -72,6 +72,10 @@ class DaggerStage:
     """Train-split in-dist people the refined student plays (no teacher week and no GRPO rollout played them)."""
     copies: Positive = 1
     """Times the relabelled weeks enter the data, beside the teacher's weeks once."""
+    restore_below: Unit | None = None
+    """Where a meter (not progress) is below this and the restore rule names an action that keeps it off the crash
+    line, the label is that action instead of the one played (:func:`rhythm.agents.restore.restore_labels`; the
+    last step keeps its own); null: the actions as played."""
     sft: dict[str, Any] = field(default_factory=dict)
     """Overrides of the stage's SFT config."""
 
@@ -348,9 +352,10 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         def do_play() -> dict[str, Any]:
             run_eval(play_cfg)
             played = [r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")]
-            return {"weeks": write_episodes(own, filtered_weeks(played))}
+            return {"weeks": write_episodes(own, filtered_weeks(played, cfg.dagger.restore_below))}
 
-        stages.append(run_stage("dagger-play", play_dir, play_cfg, [grpo_dir], {"weeks": own}, do_play, say))
+        made_by = {"play": play_cfg, "restore_below": cfg.dagger.restore_below}
+        stages.append(run_stage("dagger-play", play_dir, made_by, [grpo_dir], {"weeks": own}, do_play, say))
         dagger_cfg = load_config(SFTRunConfig, cfg.dagger.config, {
             **cfg.dagger.sft, "data": ",".join([str(data), *[str(own)] * cfg.dagger.copies]),
             "model_name_or_path": str(grpo_dir), "output_dir": str(dagger_dir)})

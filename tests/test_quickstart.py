@@ -15,6 +15,7 @@ import yaml
 
 import rhythm.quickstart
 from rhythm.agents.filtering import filter_beliefs
+from rhythm.agents.restore import restore_labels
 from rhythm.env.constants import ENV_VERSION
 from rhythm.locking import lock_path, output_lock
 from rhythm.protocol import parse_reply
@@ -91,7 +92,7 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     assert len((out / "data/teacher.jsonl").read_bytes().splitlines()) == 7
 
     # the dagger stage on top: the refined student plays train-split people, the filter states their beliefs
-    dagger = DaggerStage(config="configs/sft-tiny-dagger.yaml", seeds="5512-5513", copies=2,
+    dagger = DaggerStage(config="configs/sft-tiny-dagger.yaml", seeds="5512-5513", copies=2, restore_below=0.25,
                          sft={"max_steps": 2, "eval_steps": 2, "save_steps": 2, "logging_steps": 1})
     fourth = quickstart(QuickstartConfig(out=cfg.out, **{**MINI, "seeds": "0-6"}, dagger=dagger), say=said.append, quiet=True)
     reused = {s["name"]: s["reused"] for s in fourth["stages"]}
@@ -103,6 +104,8 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     stated = np.array([[s["belief"] for s in r["steps"]] for r in own])
     assert np.abs(stated - filter_beliefs(played)).max() <= 0.005 + 1e-9
     assert all(parse_reply(s["response"]).belief == tuple(s["belief"]) for r in own for s in r["steps"])
+    labels = [[rule or s["action"] for rule, s in zip(named, r["steps"], strict=True)] for named, r in zip(restore_labels(played, 0.25), played, strict=True)]
+    assert [[s["response"].split("ACTION: ")[1] for s in r["steps"]] for r in own] == labels  # the restore rule's labels
     trained = yaml.safe_load((out / "dagger/sft_config.yaml").read_text())
     assert trained["model_name_or_path"] == str(out / "grpo") and trained["max_steps"] == 2
     assert trained["data"].split(",") == [str(out / "data/teacher.jsonl"), *[str(out / "dagger-play/own_filtered.jsonl")] * 2]

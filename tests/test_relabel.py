@@ -8,9 +8,10 @@ import numpy as np
 import orjson
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import play
+from rhythm.agents.episodes import play, replay
 from rhythm.agents.filtering import filter_beliefs, filtered_weeks
 from rhythm.agents.registry import make_agent
+from rhythm.agents.restore import restoring_action
 from rhythm.protocol import parse_reply
 from rhythm.records import JsonlWriter, read_episodes
 
@@ -65,3 +66,26 @@ def test_relabel_bad_input_is_one_line_and_exit_2(run_cli, tmp_path: Path) -> No
     empty.write_text("")
     code, _, err = run_cli("relabel", str(empty))
     assert code == 2 and err.strip() == f"rhythm: error: no weeks in {empty}"
+
+
+def test_restore_labels_name_the_rules_action_where_a_meter_runs_low_and_keep_the_rest(run_cli, tmp_path: Path) -> None:
+    """``--restore-below``: the label is the restore rule's action at the meters seen before the step (the week
+    replayed through its own actions), the last step and the steps where it names none keep the played action;
+    the beliefs, the recorded actions and every other field stay as without it."""
+    played = _weeks(tmp_path / "weeks.jsonl", "random", [EpisodeSpec("ood", "train", s) for s in range(4)])
+    code, _, err = run_cli("relabel", str(tmp_path / "weeks.jsonl"), "-o", str(tmp_path / "own.jsonl"), "--restore-below", "0.3")
+    assert code == 0 and "relabelled 4 weeks" in err
+    own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]
+    plain = filtered_weeks(played)
+    named = changed = 0
+    for record, week, base in zip(played, own, plain, strict=True):
+        seen = replay(record["condition"], record["split"], [record["seed"]], np.zeros((1, 0), dtype=np.int64)).start_meters[0]
+        for t, (step, label, kept) in enumerate(zip(record["steps"], week["steps"], base["steps"], strict=True)):
+            rule = restoring_action(seen, t, 0.3) if t < len(record["steps"]) - 1 else None
+            named += rule is not None
+            changed += rule is not None and rule != step["action"]
+            assert label["response"].endswith(f"\nACTION: {rule or step['action']}")
+            assert {**label, "response": None} == {**kept, "response": None}  # the action field stays as played
+            seen = step["meters"]
+    assert changed > 0 and named > changed  # a random agent lets meters run low, and sometimes plays the rule
+    assert filtered_weeks(played, restore_below=0.0) == plain  # no meter is below 0: nothing is named

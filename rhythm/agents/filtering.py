@@ -12,6 +12,7 @@ import numpy as np
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import replay
 from rhythm.agents.posterior import ParticlePosterior
+from rhythm.agents.restore import restore_labels
 from rhythm.agents.teachers import spec_keys
 from rhythm.env.constants import ACTION_INDEX
 from rhythm.protocol import format_ending
@@ -38,31 +39,38 @@ def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
     return out
 
 
-def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray) -> list[dict[str, Any]]:
+def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray,
+                 labels: list[list[str | None]] | None = None) -> list[dict[str, Any]]:
     """The same weeks with every reply's BELIEF replaced (rounded as the protocol states it) and its action as
-    played. With :func:`filter_beliefs`, the teacher's belief at the states a student reached: what ``rhythm
-    analyze teacher-forced --filter`` compares with, and what the quickstart's ``dagger`` stage learns (DAgger for
-    the belief). The records are copied; each week's observations still follow from its actions."""
+    played, or, where ``labels`` names one (a week's list, a step's action or None), that action. With
+    :func:`filter_beliefs`, the teacher's belief at the states a student reached: what ``rhythm analyze
+    teacher-forced --filter`` compares with, and what the quickstart's ``dagger`` stage learns (DAgger for the
+    belief). The records are copied; each step's ``action`` stays the one played, so each week's observations
+    still follow from its actions."""
     out = []
-    for record, week in zip(records, beliefs, strict=True):
+    for i, (record, week) in enumerate(zip(records, beliefs, strict=True)):
         steps = []
-        for step, b in zip(record["steps"], week, strict=True):
+        for t, (step, b) in enumerate(zip(record["steps"], week, strict=True)):
             stated = [round(float(x), 2) for x in b]
-            steps.append({**step, "belief": stated, "response": format_ending(stated, step["action"])})
+            action = (labels[i][t] if labels is not None else None) or step["action"]
+            steps.append({**step, "belief": stated, "response": format_ending(stated, action)})
         out.append({**record, "steps": steps})
     return out
 
 
-def filtered_weeks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def filtered_weeks(records: list[dict[str, Any]], restore_below: float | None = None) -> list[dict[str, Any]]:
     """:func:`with_beliefs` of :func:`filter_beliefs`, weeks of any lengths: DAgger labels for the belief, the
     teacher's belief at the states the recorded agent reached, its actions as played (``rhythm relabel``, the
-    quickstart's ``dagger`` stage)."""
+    quickstart's ``dagger`` stage). With ``restore_below``, the action is the restore rule's wherever a meter is
+    below it and the rule names one (:func:`rhythm.agents.restore.restore_labels`; docs/grpo.md, twenty-seventh
+    round)."""
     out: list[dict[str, Any]] = list(records)
     by_length: dict[int, list[int]] = {}
     for i, r in enumerate(records):
         by_length.setdefault(len(r["steps"]), []).append(i)
     for rows in by_length.values():  # the filter takes weeks of one length at a time
         weeks = [records[i] for i in rows]
-        for i, week in zip(rows, with_beliefs(weeks, filter_beliefs(weeks)), strict=True):
+        labels = restore_labels(weeks, restore_below) if restore_below is not None else None
+        for i, week in zip(rows, with_beliefs(weeks, filter_beliefs(weeks), labels), strict=True):
             out[i] = week
     return out

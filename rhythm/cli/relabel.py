@@ -10,15 +10,20 @@ import typer
 def relabel_command(
     episodes: Annotated[str, typer.Argument(help="Episodes JSONL (rhythm eval's *.episodes.jsonl, teacher data); - for stdin.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Relabelled weeks (JSONL); - for stdout.")] = "-",
+    restore_below: Annotated[float | None, typer.Option(
+        "--restore-below", min=0.0, max=1.0,
+        help="Where a meter (not progress) is below this and the restore rule names the action that keeps it off "
+             "the crash line, label that action instead of the one played (the few-weeks quickstart: 0.25).")] = None,
 ) -> None:
     """Every reply of recorded weeks rewritten as the bayes filter's belief for that week's own actions and
     observations and the action as played: the teacher's belief at the states the agent reached, for rhythm sft
-    (DAgger for the belief; no teacher call). The quickstart's dagger stage does this with its refined student.
+    (DAgger for the belief; no teacher call). The quickstart's dagger stage does this with its refined student,
+    with --restore-below 0.25 in configs/quickstart-few.yaml (docs/grpo.md, twenty-seventh round).
 
     \b
     Examples:
       rhythm eval --agent model:runs/quickstart-few/grpo --split train --seeds 5512-9607 --condition in-dist -o own/eval_results_v2.json
-      rhythm relabel own/eval_results_v2.episodes.jsonl -o own.jsonl
+      rhythm relabel own/eval_results_v2.episodes.jsonl -o own.jsonl --restore-below 0.25
       rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl --model runs/quickstart-few/grpo
     """
     from rhythm.agents.filtering import filtered_weeks
@@ -29,6 +34,6 @@ def relabel_command(
     records = [record for _, record in read_episodes(episodes)]
     if not records:
         raise RhythmError(f"no weeks in {episodes}")
-    written = write_episodes(output, filtered_weeks(records))
+    written = write_episodes(output, filtered_weeks(records, restore_below))
     if output != "-":
         err_console.print(f"relabelled {written} weeks -> {output}", markup=False, highlight=False)

@@ -157,7 +157,7 @@ def test_meditate_below_forces_meditate_only_where_serenity_is_low():
 def test_the_restore_rule_plays_the_restore_pairs_action_wherever_one_is_named():
     """benchmarks/serenity_room.py --rule restore: wherever ``restoring_action`` names an action at the state the agent
     sees, that action is played, with the inner agent's belief; elsewhere the inner agent's own action."""
-    from rhythm.train.grpo.pairs import restoring_action
+    from rhythm.agents.restore import restoring_action
 
     room = load_benchmark("serenity_room")
     specs = [EpisodeSpec("ood", "train", s) for s in range(6)]

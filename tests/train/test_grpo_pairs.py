@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rhythm.agents.restore import restoring_action
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.protocol import parse_reply
@@ -24,7 +25,6 @@ from rhythm.train.grpo.pairs import (
     agreed,
     agreed_rewards,
     pair_replies,
-    restoring_action,
     shared_prefix,
 )
 from rhythm.train.grpo.probe import encode_prompts, greedy_replies

@@ -12,10 +12,10 @@ import pytest
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
+from rhythm.agents.restore import restoring_action
 from rhythm.env.rhythm_env import RhythmEnv
 from rhythm.errors import RhythmError
 from rhythm.records import JsonlWriter
-from rhythm.train.grpo.pairs import restoring_action
 from tests.train.helpers import load_benchmark
 
 SPECS = [EpisodeSpec("ood", "train", s) for s in range(6)]

@@ -38,11 +38,12 @@ import orjson
 from rhythm.agents.base import Decision
 from rhythm.agents.episodes import play_batch, replay
 from rhythm.agents.model import decision_of
+from rhythm.agents.restore import restoring_action
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import action_line_start, parse_reply
 from rhythm.train.grpo.config import BranchMode
-from rhythm.train.grpo.pairs import agreed_rewards, pair_replies, restoring_action
+from rhythm.train.grpo.pairs import agreed_rewards, pair_replies
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
 
 
@@ -168,7 +169,7 @@ def state_meters(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
 
 
 def restore_challengers(rows: Sequence[dict[str, Any]], below: float) -> list[str | None]:
-    """Each row's restoring action (:func:`rhythm.train.grpo.pairs.restoring_action` at its meters), or None."""
+    """Each row's restoring action (:func:`rhythm.agents.restore.restoring_action` at its meters), or None."""
     return [restoring_action(m, int(r["t"]), below) for r, m in zip(rows, state_meters(rows), strict=True)]
 
 

@@ -65,7 +65,7 @@ class BranchMode:
     """group pair: what the greedy action is compared with. runner_up: the policy's second most likely action;
     restore: where a meter (not progress) is below restore_below and one action can keep it off the crash line,
     that action (the one that raises it most by the env's neutral effects; at night only SLEEP:
-    :func:`rhythm.train.grpo.pairs.restoring_action`), else the runner-up."""
+    :func:`rhythm.agents.restore.restoring_action`), else the runner-up."""
     restore_below: Annotated[float, Interval(gt=0, le=1)] = 0.25
     """challenger restore: a meter below this counts as running low."""
     restore_only: bool = False

@@ -15,7 +15,7 @@ the runner-up's favour flips the greedy action at that state and at states like 
 
 ``challenger: restore`` replaces the runner-up where a meter runs low: a student that never plays an action
 (the few-teacher-weeks student never meditates, and lets serenity crash; docs/grpo.md, seventh round) never
-has it as its runner-up either, so the pair never asks whether it pays. :func:`restoring_action` names, for
+has it as its runner-up either, so the pair never asks whether it pays. :func:`rhythm.agents.restore.restoring_action` names, for
 the lowest low meter that one action can keep off the crash line, the action that raises it most by the env's
 published neutral effects (at night only SLEEP), read off the state the student sees; the futures, not the
 rule, decide whether it wins.
@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.env.constants import ACTION_INDEX, ACTIONS, CRASH_THRESHOLD, N_SLOTS, NIGHT, SLEEP, P
-from rhythm.env.dynamics import BASE_EFFECT, SLEEP_MULT
+from rhythm.env.constants import ACTION_INDEX, ACTIONS
 from rhythm.protocol import before_action
 from rhythm.train.grpo.probe import greedy_replies, reply_logprobs
 
@@ -65,25 +64,6 @@ def action_logprobs(model: Any, prompt_ids: Sequence[int], candidates: Sequence[
         pos = torch.arange(start, len(c) - 1, device=lp.device)
         out.append(float(lp[pos, torch.tensor(c[start:-1], device=lp.device)].sum()))
     return np.asarray(out)
-
-
-def restoring_action(meters: Sequence[float], t: int, below: float) -> str | None:
-    """The action that can keep the lowest low meter off the crash line, or None.
-
-    A meter (not progress, which only work raises) is low below ``below``. The action is the one that raises
-    it most by the env's neutral table (``BASE_EFFECT``, SLEEP scaled by the slot's ``SLEEP_MULT``: public,
-    the same for every person), and it is named only where it can do what it is for: that gain takes the
-    meter to ``CRASH_THRESHOLD`` or above (a meter already deep below the line crashes whatever is played),
-    and at night only SLEEP (any other action misses the night's sleep, which costs vitality and cognition).
-    """
-    m = np.asarray(meters, dtype=float)
-    for low in sorted((i for i in range(len(m)) if i != P and m[i] < below), key=lambda i: m[i]):
-        gain = BASE_EFFECT[:, low].copy()
-        gain[SLEEP] *= SLEEP_MULT[t % N_SLOTS]
-        best = int(np.argmax(gain))
-        if m[low] + gain[best] >= CRASH_THRESHOLD and (t % N_SLOTS != NIGHT or best == SLEEP):
-            return ACTIONS[best]
-    return None
 
 
 def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], pad_id: int, stop_ids: Sequence[int],

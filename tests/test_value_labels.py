@@ -1,0 +1,36 @@
+"""benchmarks/value_labels.py (docs/grpo.md, twenty-seventh round): which states it contests, and that a won state's
+label, and nothing else, changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
+from rhythm.agents.filtering import filtered_weeks
+from rhythm.agents.registry import make_agent
+from rhythm.agents.restore import restore_labels
+from rhythm.env.constants import EPISODE_STEPS
+from rhythm.records import read_episodes, write_episodes
+from tests.train.helpers import load_benchmark
+
+value_labels = load_benchmark("value_labels")
+
+
+def test_contested_states_are_the_rules_where_it_differs_from_the_played_action_and_relabelling_changes_only_the_won(tmp_path: Path) -> None:
+    plays = [r.to_dict() for r in play(make_agent("random"), [EpisodeSpec("ood", "train", s) for s in range(4)])]
+    states = value_labels.contested(plays, 0.25)
+    expected = sorted(((i, t, rule) for i, week in enumerate(restore_labels(plays, 0.25)) for t, rule in enumerate(week)
+                       if rule is not None and rule != plays[i]["steps"][t]["action"]), key=lambda s: s[1])
+    assert [(plays.index(r), t, a) for r, t, a in states] == expected and len(states) > 2
+    assert all(t < EPISODE_STEPS - 1 for _, t, _ in states)
+
+    write_episodes(tmp_path / "own.jsonl", filtered_weeks(plays))
+    own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]
+    record, t, rule = states[0]
+    out = value_labels.relabelled(str(tmp_path / "own.jsonl"), {value_labels.key(record): {t: rule}})
+    i = plays.index(record)
+    changed = [(j, k) for j, (a, b) in enumerate(zip(own, out, strict=True))
+               for k, (x, y) in enumerate(zip(a["steps"], b["steps"], strict=True)) if x != y]
+    assert changed == [(i, t)]
+    assert out[i]["steps"][t]["response"] == own[i]["steps"][t]["response"].rsplit("ACTION: ", 1)[0] + f"ACTION: {rule}"
