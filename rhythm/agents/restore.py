@@ -35,7 +35,6 @@ def restoring_action(meters: Sequence[float], t: int, below: float) -> str | Non
     return None
 
 
-
 def restore_labels(records: Sequence[dict[str, Any]], below: float) -> list[list[str | None]]:
     """For each week, each step's restoring action (:func:`restoring_action` at the meters seen before it: the week
     replayed through its own actions), or None; the last step is always None (its action is worth one step's
