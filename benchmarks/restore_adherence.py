@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, run_or_exit  # noqa: E402
 
-from rhythm.agents.episodes import replay  # noqa: E402
+from rhythm.agents.episodes import replay_records  # noqa: E402
 from rhythm.agents.restore import restoring_action  # noqa: E402
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS  # noqa: E402
 from rhythm.errors import RhythmError  # noqa: E402
@@ -35,16 +34,10 @@ from rhythm.records import read_episodes  # noqa: E402
 
 
 def start_meters(records: list[dict[str, Any]]) -> list[np.ndarray]:
-    """The meters each agent saw before its first action (the env replayed to step 0, one batch per condition and
-    split)."""
+    """The meters each agent saw before its first action (the env replayed to step 0)."""
     out: list[np.ndarray] = [np.empty(0)] * len(records)
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, r in enumerate(records):
-        groups[(r["condition"], r["split"])].append(i)
-    for (condition, split), idx in groups.items():
-        seeds = [int(records[i]["seed"]) for i in idx]
-        meters = replay(condition, split, seeds, np.zeros((len(idx), 0), dtype=np.int64)).start_meters
-        for i, m in zip(idx, meters, strict=True):
+    for idx, _, done in replay_records(records, lambda r: []):
+        for i, m in zip(idx, done.start_meters, strict=True):
             out[i] = m
     return out
 

@@ -6,12 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import play, replay
+from rhythm.agents.episodes import play, replay, replay_records
 from rhythm.agents.filtering import filter_beliefs, filtered_weeks
 from rhythm.agents.registry import make_agent
 from rhythm.agents.restore import restoring_action
+from rhythm.env.constants import ACTION_INDEX, ACTIONS
 from rhythm.protocol import parse_reply
 from rhythm.records import JsonlWriter, read_episodes
 
@@ -50,6 +53,28 @@ def test_the_filter_on_its_teachers_weeks_changes_little_and_weeks_may_differ_in
     for before, after in zip([weeks[0], cut], own, strict=True):
         assert max(abs(a - b) for s, t in zip(before["steps"], after["steps"], strict=True)
                    for a, b in zip(s["belief"], t["belief"], strict=True)) <= 0.005 + 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["in-dist", "ood", "discrete"]), st.sampled_from(["train", "eval"]),
+                          st.integers(0, 50), st.lists(st.sampled_from(ACTIONS), max_size=6)), min_size=1, max_size=8))
+def test_replay_records_batches_records_as_each_alone(rows: list[tuple[str, str, int, list[str]]]) -> None:
+    """Records of any conditions, splits and lengths, replayed in batches: every record once, with its own actions,
+    and each the same as replayed alone; ``seen`` is the start state, then the meters after each step before."""
+    records = [{"condition": c, "split": s, "seed": seed, "prefix": actions} for c, s, seed, actions in rows]
+    visited: list[int] = []
+    for idx, actions, played in replay_records(records, lambda r: r["prefix"]):
+        visited += idx
+        for k, i in enumerate(idx):
+            r = records[i]
+            alone = replay(r["condition"], r["split"], [r["seed"]], np.array([[ACTION_INDEX[a] for a in r["prefix"]]]))
+            assert actions[k].tolist() == [ACTION_INDEX[a] for a in r["prefix"]]
+            np.testing.assert_array_equal(played.meters[k], alone.meters[0])
+            np.testing.assert_array_equal(played.final_meters[k], alone.final_meters[0])
+            if r["prefix"]:
+                np.testing.assert_array_equal(played.seen[k, 0], alone.start_meters[0])
+                np.testing.assert_array_equal(played.seen[k, 1:], alone.meters[0, :-1])
+    assert sorted(visited) == list(range(len(records)))
 
 
 def test_relabel_bad_input_is_one_line_and_exit_2(run_cli, tmp_path: Path) -> None:

@@ -6,14 +6,14 @@ every live episode's observation (numbers and text) and answers each with a :cla
 step becomes a :class:`StepRecord` through :func:`make_step`, and every finished episode, whoever
 played it (chat-model teachers too), becomes an :class:`EpisodeRecord` with its grades from
 :mod:`rhythm.grader` through :func:`finish_episode`. :func:`replay` plays stored actions again (reeval,
-GRPO's prompts and rewards).
+GRPO's prompts and rewards), :func:`replay_records` the actions of stored records (relabelling, the restore rule).
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec
 from rhythm.env.batched import BatchedRhythmEnv
-from rhythm.env.constants import ACTIONS, ENV_VERSION, EPISODE_STEPS, N_SLOTS
+from rhythm.env.constants import ACTION_INDEX, ACTIONS, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.env.render import render_observation
 from rhythm.grader import score_episode
 from rhythm.provenance import now_iso
@@ -99,6 +99,11 @@ class Replay:
     belief_targets: np.ndarray  # (E, 3)
     start_meters: np.ndarray  # (E, 5) the state before the first action
 
+    @property
+    def seen(self) -> np.ndarray:
+        """(E, T, 5) the meters before each action: what the agent saw when it chose it."""
+        return np.concatenate([self.start_meters[:, None], self.meters[:, :-1]], axis=1)
+
 
 def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray) -> Replay:
     """Play ``actions`` ``(E, T)`` (action indices) again from the start of each seed's week, in lockstep."""
@@ -118,6 +123,25 @@ def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray
         returns += res.reward
         crashes += res.crashes
     return Replay(meters, rewards, returns, crashes, env.state.meters, env.belief_targets, start)
+
+
+def replay_records(records: Sequence[Any], actions: Callable[[Any], Sequence[str]]
+                   ) -> Iterator[tuple[list[int], np.ndarray, Replay]]:
+    """:func:`replay` of stored records, one lockstep batch per condition, split and number of actions: for each
+    batch, the records' indices, their actions ``(E, T)`` (indices) and the :class:`Replay`. ``actions`` names a
+    record's actions (a week's steps, a state's prefix); each record needs ``condition``, ``split`` and ``seed``."""
+    named = [list(actions(r)) for r in records]
+    groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        groups[(str(r["condition"]), str(r["split"]), len(named[i]))].append(i)
+    for (condition, split, steps), rows in groups.items():
+        played = np.array([[ACTION_INDEX[a] for a in named[i]] for i in rows], dtype=np.int64).reshape(len(rows), steps)
+        yield rows, played, replay(condition, split, [int(records[i]["seed"]) for i in rows], played)
+
+
+def week_actions(record: dict[str, Any]) -> list[str]:
+    """A recorded week's actions as played: :func:`replay_records`' usual ``actions``."""
+    return [s["action"] for s in record["steps"]]
 
 
 def _sum_usage(decisions: Sequence[Decision]) -> dict[str, float]:

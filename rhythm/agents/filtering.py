@@ -5,41 +5,38 @@ the student itself reached (docs/grpo.md, ninth and seventeenth rounds)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import replay
+from rhythm.agents.episodes import replay_records, week_actions
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.restore import restore_labels
 from rhythm.agents.teachers import spec_keys
-from rhythm.env.constants import ACTION_INDEX
 from rhythm.protocol import format_ending
 
 
-def filter_beliefs(records: list[dict[str, Any]]) -> np.ndarray:
+def filter_beliefs(records: list[dict[str, Any]]) -> list[np.ndarray]:
     """The bayes teacher's posterior-mean belief at every step of each week, from that week's own
-    observations and actions (the recorded agent's beliefs play no part): ``(episodes, steps, 3)``.
-    Each record needs ``condition``, ``split``, ``seed`` and ``steps`` with an ``action`` name; the weeks have
-    one length. The belief at step t is stated before step t's action, as the protocol's is."""
-    out = np.zeros((len(records), len(records[0]["steps"]) if records else 0, 3))
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, r in enumerate(records):
-        groups.setdefault((r["condition"], r["split"]), []).append(i)
-    for (condition, split), rows in groups.items():
-        seeds = [int(records[i]["seed"]) for i in rows]
-        actions = np.array([[ACTION_INDEX[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
-        played = replay(condition, split, seeds, actions)
-        before = np.concatenate([played.start_meters[:, None], played.meters[:, :-1]], axis=1)
-        posterior = ParticlePosterior(spec_keys([EpisodeSpec(condition, split, s) for s in seeds]))
+    observations and actions (the recorded agent's beliefs play no part): one ``(steps, 3)`` array a week.
+    Each record needs ``condition``, ``split``, ``seed`` and ``steps`` with an ``action`` name. The belief at
+    step t is stated before step t's action, as the protocol's is."""
+    out: list[np.ndarray] = [np.zeros((0, 3))] * len(records)
+    for rows, actions, played in replay_records(records, week_actions):
+        keys = spec_keys([EpisodeSpec(str(records[i]["condition"]), str(records[i]["split"]), int(records[i]["seed"]))
+                          for i in rows])
+        posterior, beliefs = ParticlePosterior(keys), np.zeros((len(rows), actions.shape[1], 3))
         for t in range(actions.shape[1]):
-            out[rows, t] = posterior.belief()[0]
-            posterior.update(t, before[:, t], actions[:, t], played.meters[:, t])
+            beliefs[:, t] = posterior.belief()[0]
+            posterior.update(t, played.seen[:, t], actions[:, t], played.meters[:, t])
+        for i, week in zip(rows, beliefs, strict=True):
+            out[i] = week
     return out
 
 
-def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray,
+def with_beliefs(records: list[dict[str, Any]], beliefs: Sequence[np.ndarray],
                  labels: list[list[str | None]] | None = None) -> list[dict[str, Any]]:
     """The same weeks with every reply's BELIEF replaced (rounded as the protocol states it) and its action as
     played, or, where ``labels`` names one (a week's list, a step's action or None), that action. With
@@ -59,18 +56,10 @@ def with_beliefs(records: list[dict[str, Any]], beliefs: np.ndarray,
 
 
 def filtered_weeks(records: list[dict[str, Any]], restore_below: float | None = None) -> list[dict[str, Any]]:
-    """:func:`with_beliefs` of :func:`filter_beliefs`, weeks of any lengths: DAgger labels for the belief, the
+    """:func:`with_beliefs` of :func:`filter_beliefs`: DAgger labels for the belief, the
     teacher's belief at the states the recorded agent reached, its actions as played (``rhythm relabel``, the
     quickstart's ``dagger`` stage). With ``restore_below``, the action is the restore rule's wherever a meter is
     below it and the rule names one (:func:`rhythm.agents.restore.restore_labels`; docs/grpo.md, twenty-seventh
     round)."""
-    out: list[dict[str, Any]] = list(records)
-    by_length: dict[int, list[int]] = {}
-    for i, r in enumerate(records):
-        by_length.setdefault(len(r["steps"]), []).append(i)
-    for rows in by_length.values():  # the filter takes weeks of one length at a time
-        weeks = [records[i] for i in rows]
-        labels = restore_labels(weeks, restore_below) if restore_below is not None else None
-        for i, week in zip(rows, with_beliefs(weeks, filter_beliefs(weeks), labels), strict=True):
-            out[i] = week
-    return out
+    labels = restore_labels(records, restore_below) if restore_below is not None else None
+    return with_beliefs(records, filter_beliefs(records), labels)

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from rhythm.agents.episodes import replay
-from rhythm.env.constants import ACTION_INDEX, ACTIONS, CRASH_THRESHOLD, N_SLOTS, NIGHT, SLEEP, P
+from rhythm.agents.episodes import replay_records, week_actions
+from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, N_SLOTS, NIGHT, SLEEP, P
 from rhythm.env.dynamics import BASE_EFFECT, SLEEP_MULT
 
 
@@ -38,16 +38,10 @@ def restoring_action(meters: Sequence[float], t: int, below: float) -> str | Non
 def restore_labels(records: Sequence[dict[str, Any]], below: float) -> list[list[str | None]]:
     """For each week, each step's restoring action (:func:`restoring_action` at the meters seen before it: the week
     replayed through its own actions), or None; the last step is always None (its action is worth one step's
-    reward). Weeks of one length at a time, as :func:`rhythm.agents.filtering.filter_beliefs` takes them."""
+    reward)."""
     out: list[list[str | None]] = [[] for _ in records]
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, r in enumerate(records):
-        groups.setdefault((str(r["condition"]), str(r["split"])), []).append(i)
-    for (condition, split), rows in groups.items():
-        actions = np.array([[ACTION_INDEX[s["action"]] for s in records[i]["steps"]] for i in rows], dtype=np.int64)
-        played = replay(condition, split, [int(records[i]["seed"]) for i in rows], actions)
-        before = np.concatenate([played.start_meters[:, None], played.meters[:, :-1]], axis=1)
+    for rows, actions, played in replay_records(records, week_actions):
         last = actions.shape[1] - 1
         for k, i in enumerate(rows):
-            out[i] = [restoring_action(before[k, t], t, below) if t < last else None for t in range(actions.shape[1])]
+            out[i] = [restoring_action(played.seen[k, t], t, below) if t < last else None for t in range(last + 1)]
     return out

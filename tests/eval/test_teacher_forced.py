@@ -93,7 +93,7 @@ def test_filter_on_the_bayes_teachers_own_weeks_gives_back_its_beliefs():
 
     specs = [EpisodeSpec("in-dist", "train", s) for s in (0, 1)] + [EpisodeSpec("ood", "train", 2)]
     records = [r.to_dict() for r in play(make_agent("bayes"), specs)]
-    beliefs = filter_beliefs(records)
+    beliefs = np.array(filter_beliefs(records))
     assert beliefs.shape == (3, 28, 3)
     recorded = np.array([[s["belief"] for s in r["steps"]] for r in records])
     assert np.abs(beliefs - recorded).max() <= 0.005 + 1e-9

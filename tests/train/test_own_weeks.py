@@ -107,7 +107,7 @@ def test_filter_drawn_steps_learn_the_filter_and_nothing_else(tmp_path, tiny_stu
         expected: list[str] = []
         for k, (at, step) in enumerate(zip(replies, record["steps"], strict=True)):
             if k in chosen:
-                stated = [round(float(x), 2) for x in posterior[records.index(record), k]]
+                stated = [round(float(x), 2) for x in posterior[records.index(record)][k]]
                 assert row["messages"][at]["content"] == format_ending(stated, step["action"])
                 expected += [f"{x:.2f}" for x in stated]
             else:  # as the student played it

@@ -36,10 +36,10 @@ import numpy as np
 import orjson
 
 from rhythm.agents.base import Decision
-from rhythm.agents.episodes import play_batch, replay
+from rhythm.agents.episodes import play_batch, replay_records
 from rhythm.agents.model import decision_of
 from rhythm.agents.restore import restoring_action
-from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
+from rhythm.env.constants import EPISODE_STEPS
 from rhythm.model.lockstep import LockstepChat
 from rhythm.protocol import action_line_start, parse_reply
 from rhythm.train.grpo.config import BranchMode
@@ -155,14 +155,9 @@ def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_t
 
 def state_meters(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     """The meters the student sees at each row's state: its week replayed through the actions played before it
-    (``prefix``), rows of one condition, split and step in one lockstep batch."""
-    groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-    for i, r in enumerate(rows):
-        groups[(str(r["condition"]), str(r["split"]), len(r["prefix"]))].append(i)
+    (``prefix``)."""
     out: list[np.ndarray] = [np.empty(0)] * len(rows)
-    for (condition, split, t), idx in groups.items():
-        actions = np.array([[ACTION_INDEX[a] for a in rows[i]["prefix"]] for i in idx], dtype=np.int64).reshape(len(idx), t)
-        done = replay(condition, split, [int(rows[i]["seed"]) for i in idx], actions)
+    for idx, _, done in replay_records(rows, lambda r: r["prefix"]):
         for i, m in zip(idx, done.final_meters, strict=True):
             out[i] = m
     return out
