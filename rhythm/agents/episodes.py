@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
@@ -99,9 +100,10 @@ class Replay:
     belief_targets: np.ndarray  # (E, 3)
     start_meters: np.ndarray  # (E, 5) the state before the first action
 
-    @property
+    @cached_property
     def seen(self) -> np.ndarray:
-        """(E, T, 5) the meters before each action: what the agent saw when it chose it."""
+        """(E, T, 5) the meters before each action: what the agent saw when it chose it (built once: callers index
+        it per step)."""
         return np.concatenate([self.start_meters[:, None], self.meters[:, :-1]], axis=1)
 
 
