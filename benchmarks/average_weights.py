@@ -1,4 +1,4 @@
-"""Weight-space averages of fully trained students (experimental, nineteenth round of docs/grpo.md): a model soup of
+"""Weight-space averages of fully trained students (experimental, nineteenth round of docs/grpo-ablation.md): a model soup of
 two runs of one stage, or a student and the one it started from (WiSE-FT's interpolation).
 
     python benchmarks/average_weights.py OUT runs/a runs/b                # the mean of two students

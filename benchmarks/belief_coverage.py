@@ -1,5 +1,5 @@
 """The filter's belief learned by SFT at as few states as a GRPO run judges (experimental, twentieth round of
-docs/grpo.md): is the GRPO belief reward short of reward quality, or of states?
+docs/grpo-ablation.md): is the GRPO belief reward short of reward quality, or of states?
 
     rhythm relabel runs/grpo/student_rollouts.jsonl -o own.jsonl      # the GRPO run's own weeks, the filter's beliefs
     python benchmarks/belief_coverage.py OUT one --data own.jsonl --model runs/quickstart/sft

@@ -1,4 +1,4 @@
-"""Select within the refined student's own weeks by their crashes: the data of docs/grpo.md's twenty-fifth round.
+"""Select within the refined student's own weeks by their crashes: the data of docs/grpo-ablation.md's twenty-fifth round.
 
 The few-weeks quickstart's DAgger stage learns the refined student's relabelled weeks with its actions as played
 (``runs/quickstart-few/dagger-play/own_filtered.jsonl``). This script writes a variant of such a file:

@@ -32,7 +32,7 @@ Run (docs/student.md, rows D1 and D2)::
 
 Seeds are in-dist, train split: keep them apart from the teacher data's and from the free-play seeds
 (100000+). Prints one JSON line: weeks, how often the student's action was the teacher's (the oracle's), seconds.
-docs/grpo.md's seventh round has the ``oracle`` rows.
+docs/grpo-ablation.md's seventh round has the ``oracle`` rows.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@
 # 2. `python benchmarks/own_weeks.py best` (rhythm sft on benchmarks/configs/own-weeks-best.yaml) learns, per
 #    person, the best scored of those weeks beside TEACHER_DATA (the weeks STUDENT was distilled from), continuing
 #    STUDENT -> OUT/sft.
-# Extra arguments go to rhythm sft's --set. docs/grpo.md ("Expert iteration") has the figures.
+# Extra arguments go to rhythm sft's --set. docs/grpo-ablation.md ("Expert iteration") has the figures.
 # VARIANT=filter learns the same plays as DAgger for the belief instead (every week, its beliefs replaced by the
-# bayes filter's; benchmarks/configs/own-weeks-filter.yaml; docs/grpo.md, ninth round). On the full-data quickstart
-# student, ~3 min on 2 cores, +0.010 to +0.014 in-dist on the eval split in 3 seeds (docs/grpo.md, round 13):
+# bayes filter's; benchmarks/configs/own-weeks-filter.yaml; docs/grpo-ablation.md, ninth round). On the full-data quickstart
+# student, ~3 min on 2 cores, +0.010 to +0.014 in-dist on the eval split in 3 seeds (docs/grpo-ablation.md, round 13):
 #   VARIANT=filter bash benchmarks/expert_iteration.sh runs/quickstart/sft runs/quickstart/data/teacher.jsonl OUT \
 #       5512-6023 2 --set max_steps=120 --set learning_rate=1e-3
 set -euo pipefail

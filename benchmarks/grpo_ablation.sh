@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The refine-stage ablation of docs/grpo.md: which GRPO settings make the quickstart's SFT student better in
+# The refine-stage ablation of docs/grpo-ablation.md: which GRPO settings make the quickstart's SFT student better in
 # free play. Settings are chosen on train-split seeds only: the student is the quickstart's, trained on
 # teacher seeds 0-4799; every row refines it with plain `rhythm grpo`, plays train-split seeds 100000-100099
 # in each condition (no teacher week and no refine rollout uses them), and prints `rhythm analyze paired`
@@ -12,7 +12,7 @@
 # in a git worktree WORK/research (remove it with `git worktree remove WORK/research`); PYTHON names the interpreter
 # that has rhythm's dependencies. The rows with several futures or pairs (BD4, P6 ...) ran on that patch's earlier
 # switches, which are now `branch.futures`, `branch.group: pair` and `branch.agree_z` (the same reward logs for the
-# steps compared, docs/grpo.md). Rows F... refine the few-teacher-weeks student (configs/quickstart-few.yaml, built once).
+# steps compared, docs/grpo-ablation.md). Rows F... refine the few-teacher-weeks student (configs/quickstart-few.yaml, built once).
 #
 # The first call runs `rhythm quickstart --set eval_split=train` once (~12 minutes on 2 cores) for the SFT
 # student; a row then takes 3-6 minutes on 2 cores (GRPO 1.5-4 min, eval ~1 min).
@@ -25,7 +25,7 @@ mkdir -p "$WORK"/g "$WORK"/e
 [ -f "$WORK/qs/sft/model.safetensors" ] || $R quickstart --out "$WORK/qs" --set eval_split=train --quiet > "$WORK/qs.log" 2>&1
 SFT="$WORK/qs/sft"
 
-EVAL_SEEDS=${EVAL_SEEDS:-100000-100099}  # the second round of docs/grpo.md played 100000-100299
+EVAL_SEEDS=${EVAL_SEEDS:-100000-100099}  # the second round of docs/grpo-ablation.md played 100000-100299
 ev() {  # NAME MODEL_DIR: free play on train-split seeds EVAL_SEEDS, every condition
   [ -f "$WORK/e/$1/eval_results_v2.json" ] || $R eval --agent "model:$2" --split train --seeds "$EVAL_SEEDS" --condition all \
     --quiet -o "$WORK/e/$1/eval_results_v2.json" --set 'references=[heuristic]' --set model.max_new_tokens=16 > "$WORK/e/$1.log" 2>&1
@@ -75,7 +75,7 @@ for row in "$@"; do
     # branch mode: each reply scored by the week it leads to; only the judged tokens in the loss
     E) grpo E configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set rollout_seeds=1000-1063 --set learning_rate=1e-4 ;;
     F) grpo F configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set rollout_seeds=1000-1063 --set learning_rate=3e-5 ;;
-    # rows G-J and M oversampled last-step states (branch.last_step_share, last in commit 27b05a7): see docs/grpo.md
+    # rows G-J and M oversampled last-step states (branch.last_step_share, last in commit 27b05a7): see docs/grpo-ablation.md
     # advantages scaled by the batch's reward spread, not each group's
     K) grpo K configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set learning_rate=3e-5 --set scale_rewards=batch ;;
     L) grpo L configs/grpo-tiny-branch.yaml "${BRANCH[@]}" --set learning_rate=1e-4 --set scale_rewards=batch ;;
@@ -84,7 +84,7 @@ for row in "$@"; do
     Q) grpo Q configs/grpo-tiny-branch.yaml ;;
     # second round (EVAL_SEEDS=100000-100299): a KL anchor to the starting policy on states outside the batch
     # rows R (reward without the week-end belief before the last step) and A1/A2 (greedy belief line, only the
-    # action sampled: branch.sample=action, in commit 6fbed74) measured no help and left the code: docs/grpo.md
+    # action sampled: branch.sample=action, in commit 6fbed74) measured no help and left the code: docs/grpo-ablation.md
     B) grpo B configs/grpo-tiny-branch.yaml --set beta=0.04 ;;
     K2) grpo K2 configs/grpo-tiny-branch.yaml --set anchor_weight=2 ;;
     K20) grpo K20 configs/grpo-tiny-branch.yaml --set anchor_weight=20 ;;

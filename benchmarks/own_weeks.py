@@ -1,5 +1,5 @@
 """``rhythm sft`` on the student's own weeks, two refinements from the environment alone that stay out of the
-product: on the eval split neither moved the few-weeks student beyond its CIs (docs/grpo.md, sixth and ninth
+product: on the eval split neither moved the few-weeks student beyond its CIs (docs/grpo-ablation.md, sixth and ninth
 rounds), so ``rhythm sft`` carries neither. Both take ``rhythm sft``'s ``--config`` / ``--set`` after ``--``.
 
     best     expert iteration (ReST-EM): of the weeks one person was played, only the highest

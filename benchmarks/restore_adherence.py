@@ -4,7 +4,7 @@ crash line), how often it played that action; with ``--model``, the probability 
 
 The restore pairs (``configs/grpo-tiny-restore.yaml``) compare the student's action with that one at such states;
 ``benchmarks/serenity_room.py --rule restore`` plays it everywhere. This says how much of the rule a student has
-learned, on the weeks it played (docs/grpo.md, fourteenth round):
+learned, on the weeks it played (docs/grpo-ablation.md, fourteenth round):
 
     python benchmarks/restore_adherence.py runs/eval/eval_results_v2.episodes.jsonl --condition ood
     python benchmarks/restore_adherence.py QS_WEEKS.jsonl --model QS --model REFINED --states 200   # P(the rule's action)

@@ -7,7 +7,7 @@ the crash line), that action is played: what ``configs/grpo-tiny-restore.yaml`` 
 The few-teacher-weeks student crashes on serenity 2.3 times an in-dist week (the full-data student 0.3, the teacher
 0.2; ``rhythm analyze behaviour``) and never meditates. Paired with the student's own weeks on the same people
 (``rhythm analyze paired``), the forced weeks say what seeing serenity would be worth; as ``rhythm sft`` data they
-say whether the student can learn a rule that depends on serenity alone (docs/grpo.md, seventh round, rows SR and
+say whether the student can learn a rule that depends on serenity alone (docs/grpo-ablation.md, seventh round, rows SR and
 RD1). A probe: the rule is a hand-written one, not a refine stage.
 
     python benchmarks/serenity_room.py --model runs/quickstart-few/sft --condition in-dist --seeds 100000-100299 \\

@@ -8,7 +8,7 @@ tokens** are learned (the rest of the week is context: its own earlier beliefs, 
 in the same data train as ``rhythm sft`` trains them. Cross-entropy against one draw of the truth per week is
 the posterior's own training signal (its argmax tends to the posterior's mode), with no reward noise.
 
-A probe (docs/grpo.md, sixth round, rows TB1-TB3): it did not improve the belief at any learning rate tried, so
+A probe (docs/grpo-ablation.md, sixth round, rows TB1-TB3): it did not improve the belief at any learning rate tried, so
 ``rhythm sft`` does not carry it. It relies on the tiny student's tokenizer (each number one token: the last reply
 is ``BELIEF: S=`` n `` M=`` n `` W=`` n ``\\nACTION:`` a ``<|im_end|>``) and checks that layout.
 

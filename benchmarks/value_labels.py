@@ -1,4 +1,4 @@
-"""Label the restore rule's action only where the student's own futures say it wins: docs/grpo.md's twenty-seventh round.
+"""Label the restore rule's action only where the student's own futures say it wins: docs/grpo-ablation.md's twenty-seventh round.
 
 The few-weeks quickstart's DAgger stage learns the refined student's relabelled weeks with the actions as played
 (``runs/quickstart-few/dagger-play/own_filtered.jsonl``). Labelling the restore rule's action at every state where it

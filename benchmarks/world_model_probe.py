@@ -9,7 +9,7 @@ model:...``, e.g. ``rhythm eval``'s episodes) train **only their observations**,
 at ``--own-reply``, default 0: the student's own choices are not imitated), and teacher weeks train as stage 1
 does (replies 1, ``observation_loss`` and ``echo_loss`` from the config, e.g. 0.1 and 1).
 
-A probe (docs/grpo.md, seventh round, row WM3): it did not make the student see serenity, so ``rhythm sft`` does
+A probe (docs/grpo-ablation.md, seventh round, row WM3): it did not make the student see serenity, so ``rhythm sft`` does
 not carry it.
 
     python benchmarks/world_model_probe.py --own-obs 0.3 -- --config benchmarks/configs/own-weeks-best.yaml \\

@@ -1,4 +1,4 @@
-"""benchmarks/value_labels.py (docs/grpo.md, twenty-seventh round): which states it contests, and that a won state's
+"""benchmarks/value_labels.py (docs/grpo-ablation.md, twenty-seventh round): which states it contests, and that a won state's
 label, and nothing else, changes."""
 
 from __future__ import annotations

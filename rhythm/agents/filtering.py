@@ -1,7 +1,7 @@
 """The bayes filter run on any recorded week: the posterior-mean belief at each step, from that week's own actions
 and observations. The benchmark's own inference, free to run (no teacher call): ``rhythm analyze teacher-forced
 --filter`` compares a student's beliefs with it, and the few-teacher-weeks quickstart's ``dagger`` stage learns it at the states
-the student itself reached (docs/grpo.md, ninth and seventeenth rounds)."""
+the student itself reached (docs/grpo-ablation.md, ninth and seventeenth rounds)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def filtered_weeks(records: list[dict[str, Any]], restore_below: float | None = 
     """:func:`with_beliefs` of :func:`filter_beliefs`: DAgger labels for the belief, the
     teacher's belief at the states the recorded agent reached, its actions as played (``rhythm relabel``, the
     quickstart's ``dagger`` stage). With ``restore_below``, the action is the restore rule's wherever a meter is
-    below it and the rule names one (:func:`rhythm.agents.restore.restore_labels`; docs/grpo.md, twenty-seventh
+    below it and the rule names one (:func:`rhythm.agents.restore.restore_labels`; docs/grpo-ablation.md, twenty-seventh
     round)."""
     labels = restore_labels(records, restore_below) if restore_below is not None else None
     return with_beliefs(records, filter_beliefs(records), labels)

@@ -1,7 +1,7 @@
 """The restore rule: where a meter runs low, the action that keeps it off the crash line, read off the meters the
 agent sees and the env's published neutral effects (the same for every person). The restore pairs compare a
 student's action with it (``challenger: restore``, :mod:`rhythm.train.grpo.pairs`), and the few-teacher-weeks
-quickstart's ``dagger`` stage labels it where a student let a meter run low (:func:`restore_labels`; docs/grpo.md,
+quickstart's ``dagger`` stage labels it where a student let a meter run low (:func:`restore_labels`; docs/grpo-ablation.md,
 twenty-seventh round)."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def relabel_command(
     """Every reply of recorded weeks rewritten as the bayes filter's belief for that week's own actions and
     observations and the action as played: the teacher's belief at the states the agent reached, for rhythm sft
     (DAgger for the belief; no teacher call). The quickstart's dagger stage does this with its refined student,
-    with --restore-below 0.25 in configs/quickstart-few.yaml (docs/grpo.md, twenty-seventh round).
+    with --restore-below 0.25 in configs/quickstart-few.yaml (docs/grpo-ablation.md, twenty-seventh round).
 
     \b
     Examples:

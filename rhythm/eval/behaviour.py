@@ -3,7 +3,7 @@ far the last stated belief ever goes from 0.5 beside how far the people are, and
 per condition.
 
 Run: ``rhythm analyze behaviour A.episodes.jsonl B.episodes.jsonl ...``. It shows *how* two students
-differ where :mod:`rhythm.eval.paired` shows *by how much*: docs/grpo.md reads from it that every refine
+differ where :mod:`rhythm.eval.paired` shows *by how much*: docs/grpo-ablation.md reads from it that every refine
 setting moved the student's DEEP_WORK share on all people alike, and that the few-teacher-weeks student's
 extra in-dist crashes are serenity's, and that it never meditates.
 """

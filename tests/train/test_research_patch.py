@@ -19,7 +19,7 @@ def skip_outside_git() -> None:
 
 def test_research_patch_applies_to_the_working_tree() -> None:
     """benchmarks/grpo_ablation.sh applies the patch to HEAD for its patched rows; when branch.py or trainer.py
-    change, the patch must be rebased with them, or those rows of docs/grpo.md cannot be rerun."""
+    change, the patch must be rebased with them, or those rows of docs/grpo-ablation.md cannot be rerun."""
     skip_outside_git()
     done = subprocess.run(["git", "apply", "--check", str(PATCH)], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ action (the belief line; a reasoning student's reasoning too) followed by its mo
 likely action (each action's log-probability summed over its tokens after that). Both replies share it, the
 person and the futures they are played under, so their score difference is what the action did. Sampled groups
 (``group: sampled``) mostly hold one action at a peaked student and compare it with actions it never plays
-(docs/grpo.md, fourth round).
+(docs/grpo-ablation.md, fourth round).
 
 ``agreed`` keeps a pair's two rewards only where its futures agree on the sign of the difference (the
 runner-up's gain at least ``z`` standard errors from 0); elsewhere the two get their mean, no gradient.
@@ -14,7 +14,7 @@ One future's difference is mostly luck, and a pair's update is not symmetric in 
 the runner-up's favour flips the greedy action at that state and at states like it.
 
 ``challenger: restore`` replaces the runner-up where a meter runs low: a student that never plays an action
-(the few-teacher-weeks student never meditates, and lets serenity crash; docs/grpo.md, seventh round) never
+(the few-teacher-weeks student never meditates, and lets serenity crash; docs/grpo-ablation.md, seventh round) never
 has it as its runner-up either, so the pair never asks whether it pays. :func:`rhythm.agents.restore.restoring_action` names, for
 the lowest low meter that one action can keep off the crash line, the action that raises it most by the env's
 published neutral effects (at night only SLEEP), read off the state the student sees; the futures, not the
