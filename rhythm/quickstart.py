@@ -256,6 +256,25 @@ def verdict(students: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def paired_sentences(minus_sft: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Each refined student minus the SFT student, per condition, with its 95% CI and whether that CI excludes 0.
+    When the GRPO stage gained nowhere (no CI above 0), one more sentence says where that result is explained, so
+    a reader of the summary does not take a null stage for a broken one."""
+    out = []
+    for label, diffs in minus_sft.items():
+        for cond, d in diffs.items():
+            lo, hi = d["ci95"]
+            where = "its CI above 0" if lo > 0 else "its CI below 0" if hi < 0 else "its CI reaches 0"
+            out.append(f"{label.removeprefix('student ')} minus SFT on {cond} (paired, same seeds): "
+                       f"{d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]; {where}.")
+    grpo = minus_sft.get("student SFT+GRPO", {})
+    if grpo and not any(d["ci95"][0] > 0 for d in grpo.values()):
+        beside = "" if len(minus_sft) > 1 else "; configs/quickstart-dagger.yaml adds a refine stage that pays, in ~20 minutes more"
+        out.append("The GRPO stage gained nothing beyond its CIs here, as docs/grpo.md measures for the quickstart's "
+                   f"student; it says where refinement stands and why{beside}.")
+    return out
+
+
 def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, quiet: bool = False,
                wait_lock: bool = False) -> dict[str, Any]:
     """Run (or reuse) every stage under ``cfg.out``, holding the run directory's lock (held by another
@@ -418,10 +437,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
 
     # 7. summary
     table = summary_table(students)
-    sentences = verdict(students) + [
-        f"{label.removeprefix('student ')} minus SFT on {cond} (paired, same seeds): {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]."
-        for label, diffs in minus_sft.items() for cond, d in diffs.items()
-    ]
+    sentences = verdict(students) + paired_sentences(minus_sft)
     summary = {
         "out": str(out),
         "stages": [s.__dict__ for s in stages],

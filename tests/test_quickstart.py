@@ -12,6 +12,8 @@ import numpy as np
 import orjson
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rhythm.quickstart
 from rhythm.agents.filtering import filter_beliefs
@@ -19,7 +21,7 @@ from rhythm.agents.restore import restore_labels
 from rhythm.env.constants import ENV_VERSION
 from rhythm.locking import lock_path, output_lock
 from rhythm.protocol import parse_reply
-from rhythm.quickstart import STAMP, DaggerStage, QuickstartConfig, file_digest, quickstart, run_stage
+from rhythm.quickstart import STAMP, DaggerStage, QuickstartConfig, file_digest, paired_sentences, quickstart, run_stage
 from rhythm.records import read_episodes
 from tests.shared import QUICKSTART_MINI as MINI
 
@@ -234,3 +236,23 @@ def test_a_second_quickstart_on_one_run_directory_stops_at_once(run_cli, tmp_pat
         f"rhythm: error: {out} is being written by another rhythm run (it holds {lock_path(out)}); "
         "wait for it to finish, or pass --wait-lock to wait for it"]
     assert sorted(p.name for p in out.iterdir()) == ["summary.md"] and (out / "summary.md").read_text() == "kept"
+
+
+_ci = st.tuples(st.floats(-0.1, 0.1), st.floats(0, 0.05), st.floats(0, 0.05)).map(
+    lambda m: {"mean": m[0], "ci95": [m[0] - m[1], m[0] + m[2]], "episodes": 100, "win_rate": 0.5})
+
+
+@given(grpo=st.fixed_dictionaries({c: _ci for c in ("in-dist", "ood", "discrete")}), dagger=st.booleans())
+def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when_grpo_gained_nowhere(grpo, dagger) -> None:
+    minus_sft = {"student SFT+GRPO": grpo, **({"student SFT+GRPO+DAgger": grpo} if dagger else {})}
+    sentences = paired_sentences(minus_sft)
+    per_row = sentences[: 3 * len(minus_sft)]
+    for sentence, (cond, d) in zip(per_row, grpo.items()):
+        lo, hi = d["ci95"]
+        assert sentence.startswith(f"SFT+GRPO minus SFT on {cond} (paired, same seeds): {d['mean']:+.3f} [")
+        assert sentence.endswith("its CI above 0." if lo > 0 else "its CI below 0." if hi < 0 else "its CI reaches 0.")
+    nothing = not any(d["ci95"][0] > 0 for d in grpo.values())
+    rest = sentences[3 * len(minus_sft):]
+    assert len(rest) == int(nothing)
+    if nothing:
+        assert "docs/grpo.md" in rest[0] and ("quickstart-dagger.yaml" in rest[0]) is not dagger
