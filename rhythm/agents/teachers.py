@@ -47,6 +47,20 @@ def _plan_sentence(values: np.ndarray, action: int, horizon: int, samples: int, 
     )
 
 
+def planning_keys(keys: np.ndarray) -> np.ndarray:
+    """The planner's own noise keys of episodes with these env keys (apart from the env's noise)."""
+    return splitmix64_np(np.asarray(keys, dtype=np.uint64) ^ _PLAN_SALT)
+
+
+def posterior_values(post: ParticlePosterior, meters: np.ndarray, t: int, plan_keys: np.ndarray,
+                     planner: PlannerConfig) -> np.ndarray:
+    """The bayes teacher's value of every action at step ``t``: the planner's mean return over ``planner.samples``
+    profiles drawn from the posterior ``post`` (``(E, A)``; its argmax is the action bayes plays)."""
+    idx = post.sample(planner.samples, t)
+    rows = (np.arange(len(idx))[:, None] * post.particles.shape[1] + idx).ravel()
+    return action_values(post.params.take(rows), meters, t, plan_keys, planner.horizon)
+
+
 class _Planning:
     """Shared plumbing: per-episode planning keys and the planner call."""
 
@@ -58,7 +72,7 @@ class _Planning:
     def _start(self, episodes: list[EpisodeSpec]) -> None:
         self.episodes = episodes
         self.keys = spec_keys(episodes)
-        self.plan_keys = splitmix64_np(self.keys ^ _PLAN_SALT)
+        self.plan_keys = planning_keys(self.keys)
 
     def _plan(self, params, obs: BatchObservation) -> np.ndarray:
         return action_values(params, obs.meters, obs.t, self.plan_keys, self.config.planner.horizon)
@@ -159,9 +173,7 @@ class BayesAgent(_Planning):
             post.update(obs.t - 1, self._prev_meters, obs.last_action, obs.meters)
         mean, std = post.belief()
         k = self.config.planner.samples
-        idx = post.sample(k, obs.t)
-        rows = (np.arange(len(idx))[:, None] * post.particles.shape[1] + idx).ravel()
-        values = self._plan(post.params.take(rows), obs)
+        values = posterior_values(post, obs.meters, obs.t, self.plan_keys, self.config.planner)
         out = []
         for i, v in enumerate(values):
             a = int(np.argmax(v))
