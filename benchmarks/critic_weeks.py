@@ -14,7 +14,12 @@ given its own advantage (TRL's ``_compute_loss`` takes ``(B, T)`` advantages fro
 - ``--adv argmax``: ``1[a = a*] - pi(a*|h)``, whose expectation is the gradient of the probability of the
   critic's best action a*;
 - ``--adv hits``: ``1[a = a*]``, the same without its baseline: only a sampled best action moves the policy, up
-  (no sampled action is pushed down).
+  (no sampled action is pushed down);
+- ``--adv mpo``: no sampled action at all. The weeks are played greedily, as eval plays them (TRL's second copy of a
+  person plays another person), and at every state the loss is the cross-entropy from the policy to the
+  mirror-descent target ``pi_old(a|h) exp(A(h, a) / eta)`` over the 10 actions (MPO's E-step, with the critic's
+  ``value`` advantage of every action), through a ``_compute_loss`` override: a better action's logit moves by its
+  advantage, not by its advantage times its probability.
 
 Both are divided by the batch's spread (as TRL's ``scale_rewards: batch``). So a step judges 28 states a week (a
 20-step run 17,920 states, against the quickstart's branch stage's 160), in one forward pass a week. Run from
@@ -62,6 +67,7 @@ from rhythm.errors import RhythmError  # noqa: E402
 from rhythm.model.lockstep import LockstepChat  # noqa: E402
 from rhythm.protocol import record_conversation  # noqa: E402
 
+OTHER_PEOPLE = 1_000_000  # mpo's second copy of a prompt plays seed + this (train split, in-dist: no eval person)
 ACTION_MARK = "\nACTION:"  # the tiny tokenizer's token before the action name (one token per action after it)
 
 
@@ -96,6 +102,13 @@ def advantages(values: np.ndarray, probs: np.ndarray, played: Sequence[int], kin
     else:
         raise RhythmError(f"--adv must be value, argmax or hits, got {kind!r}")
     return np.nan_to_num(adv, nan=0.0)
+
+
+def mirror_target(probs: np.ndarray, adv: np.ndarray, eta: float) -> np.ndarray:
+    """MPO's E-step at one state: ``pi_old(a) exp(A(a) / eta)``, renormalised over the actions (``probs`` and ``adv``
+    over the 10 actions; unknown probabilities count as 0). Large ``eta`` keeps ``pi_old``; small, the best action."""
+    w = np.nan_to_num(probs, nan=0.0) * np.exp((adv - adv.max()) / eta)
+    return w / w.sum()
 
 
 def action_positions(ids: Sequence[int], mark: int, reply_start: int, reply_end: int, names: set[int]) -> list[int | None]:
@@ -234,10 +247,12 @@ def make_rollout(args: argparse.Namespace, log: Any):
         ids = {name: tok.convert_tokens_to_ids(name) for name in (ACTION_MARK, "assistant\n", "<|im_end|>")}
         action_ids = [tok.convert_tokens_to_ids(" " + a) for a in ACTIONS]
         seeds = [int(json.loads(p[-1]["content"])["seed"]) for p in prompts]
+        if args.adv == "mpo":  # greedy weeks of one person are one week: TRL's second copy plays another person
+            seeds = [s + OTHER_PEOPLE * seeds[:i].count(s) for i, s in enumerate(seeds)]
         step = trainer.state.global_step + 1
         started = time.perf_counter()
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model, torch.no_grad():
-            engine = ActionSampler(model, tok, stop_ids=list(trainer.eos_token_ids), max_new_tokens=16,
+            engine = ActionSampler(model, tok, stop_ids=list(trainer.eos_token_ids), max_new_tokens=16, greedy=args.adv == "mpo",
                                    temperature=args.tau, mark=ids[ACTION_MARK], action_ids=action_ids)
             records = [r.to_dict() for r in play_batch(_Student(engine, args.seed * 100_003 + step), "in-dist", "train",
                                                        seeds, model="critic-weeks")]
@@ -252,17 +267,23 @@ def make_rollout(args: argparse.Namespace, log: Any):
             if len(pos) != EPISODE_STEPS:
                 raise RhythmError(f"a week's completion holds {len(pos)} replies, not {EPISODE_STEPS}")
             played = [ACTIONS.index(s["action"]) for s in record["steps"]]
-            adv = np.where([k is not None for k in pos], advantages(q, p, played, args.adv), 0.0)
-            weeks.append((prompt, completion, pos))
+            kind = "value" if args.adv == "mpo" else args.adv  # mpo: every action's value against the policy's mean
+            adv = (q - (p * q).sum(-1, keepdims=True)) if args.adv == "mpo" else advantages(q, p, played, kind)
+            adv = np.where(np.array([k is not None for k in pos]).reshape(-1, *[1] * (adv.ndim - 1)), np.nan_to_num(adv), 0.0)
+            weeks.append((prompt, completion, pos, p))
             advs.append(adv)
             regrets.append(float((q.max(-1) - q[np.arange(EPISODE_STEPS), played]).mean()))
         scale = float(np.concatenate(advs).std()) + 1e-8  # the batch's spread, as TRL's scale_rewards=batch
-        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "token_advantages": []}
-        for (prompt, completion, pos), adv in zip(weeks, advs, strict=True):
-            mask, token_adv = [0] * len(completion), [0.0] * len(completion)
-            for k, a in zip(pos, adv, strict=True):
-                if k is not None and a != 0.0:  # a step the policy was sure of (or named no action) adds nothing
+        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "token_advantages": [],
+                                     "action_targets": []}
+        for (prompt, completion, pos, p), adv in zip(weeks, advs, strict=True):
+            mask, token_adv, targets = [0] * len(completion), [0.0] * len(completion), {}
+            for t, (k, a) in enumerate(zip(pos, adv, strict=True)):
+                if args.adv == "mpo" and k is not None:
+                    mask[k], targets[k] = 1, mirror_target(p[t], a / scale, args.eta).tolist()
+                elif args.adv != "mpo" and k is not None and a != 0.0:  # a sure step (or no action) adds nothing
                     mask[k], token_adv[k] = 1, float(a / scale)
+            out["action_targets"].append(targets)
             out["prompt_ids"].append(prompt)
             out["completion_ids"].append(completion)
             out["env_mask"].append(mask)
@@ -303,16 +324,35 @@ def train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    action_ids = torch.tensor([tokenizer.convert_tokens_to_ids(" " + a) for a in ACTIONS])
+
     class TokenAdvantageGRPO(GRPOTrainer):
-        """GRPO whose advantages are the rollout's, one per completion token (TRL's loss takes ``(B, T)``)."""
+        """GRPO whose advantages are the rollout's, one per completion token (TRL's loss takes ``(B, T)``); with
+        ``--adv mpo`` the loss is instead the cross-entropy to each state's mirror-descent target over the 10 actions."""
 
         def _generate_and_score_completions(self, inputs):
             batch = super()._generate_and_score_completions(inputs)
             adv = torch.zeros(batch["completion_ids"].shape, dtype=torch.float32, device=batch["completion_ids"].device)
+            targets = torch.zeros((*batch["completion_ids"].shape, len(ACTIONS)), dtype=torch.float32)
             for i, row in enumerate(inputs):  # TRL merged the rollout's extra fields into each input
                 adv[i, : len(row["token_advantages"])] = torch.tensor(row["token_advantages"])
+                for k, q in row["action_targets"].items():
+                    targets[i, int(k)] = torch.tensor(q)
             batch["advantages"] = adv
+            batch["action_targets"] = targets.to(adv.device)
             return batch
+
+        def _compute_loss(self, model, inputs):
+            if args.adv != "mpo":
+                return super()._compute_loss(model, inputs)
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+            n = inputs["completion_ids"].size(1)
+            logits = model(input_ids=ids, attention_mask=attention).logits[:, -n - 1 : -1].float() / self.temperature
+            logp = torch.log_softmax(logits, dim=-1)[..., action_ids.to(logits.device)]  # (B, T, 10)
+            at = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
+            q = inputs["action_targets"]
+            return -(q[at] * logp[at]).sum() / at.sum().clamp(min=1)
 
     def week_score(prompts, completions, week_score=None, **_):
         return week_score  # logged as TRL's reward; the advantages are the critic's
@@ -345,7 +385,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--people", type=int, default=16, help="people a step, each played twice")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate")
     parser.add_argument("--tau", type=float, default=1.0, help="sampling temperature of the action token")
-    parser.add_argument("--adv", default="value", choices=["value", "argmax", "hits"], help="advantage of a played action")
+    parser.add_argument("--adv", default="value", choices=["value", "argmax", "hits", "mpo"],
+                        help="advantage of a played action; mpo: a cross-entropy to pi_old * exp(A / eta) at every state")
+    parser.add_argument("--eta", type=float, default=1.0, help="mpo: temperature of the target, in the batch's spreads")
     parser.add_argument("--seeds-from", type=int, default=5000, help="first train-split in-dist seed played")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampling")
     args = parser.parse_args(argv)

@@ -44,6 +44,20 @@ def test_each_advantage_has_mean_zero_under_the_policy(seed, kind):
     assert np.all(each[np.arange(4), best] >= 0.0)  # the critic's best action never loses
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_mirror_target_is_a_distribution_between_the_policy_and_the_best_action(seed):
+    rng = np.random.default_rng(seed)
+    probs, adv = rng.dirichlet(np.ones(len(ACTIONS))), rng.normal(0, 1, len(ACTIONS))
+    for eta in (1e-3, 1.0, 1e3):
+        q = critic.mirror_target(probs, adv, eta)
+        assert q.min() >= 0 and q.sum() == pytest.approx(1.0)
+    assert critic.mirror_target(probs, adv, 1e-4).argmax() == adv.argmax()  # cold: the best action
+    assert np.allclose(critic.mirror_target(probs, adv, 1e6), probs, atol=1e-5)  # hot: the policy as it was
+    better = critic.mirror_target(probs, adv, 1.0) / probs
+    assert np.all(np.diff(better[np.argsort(adv)]) >= -1e-12)  # a better action gains more of its old share
+
+
 def test_advantages_refuse_an_unknown_kind_and_zero_a_step_without_probabilities():
     values, probs = np.zeros((2, len(ACTIONS))), np.full((2, len(ACTIONS)), np.nan)
     assert critic.advantages(values, probs, [0, 1], "value").tolist() == [0.0, 0.0]
@@ -84,6 +98,14 @@ def test_a_run_trains_and_logs_every_step(sft_model, tmp_path, capsys):
     assert [e["step"] for e in log] == [1, 2] and all(e["regret"] >= 0 for e in log)
     before, after = load_file(sft_model / "model.safetensors"), load_file(out / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)
+    # the mirror-descent loss (greedy plays, a cross-entropy at every action token) trains through the same trainer
+    # (two steps: the first one's learning rate is 0, the warm-up's start)
+    critic.main(["--model", str(sft_model), "--out", str(tmp_path / "mpo"), "--steps", "2", "--people", "1",
+                 "--adv", "mpo", "--eta", "0.1", "--lr", "1e-3"])
+    history = json.loads((tmp_path / "mpo" / "log_history.json").read_text())
+    assert history[0]["loss"] > 0  # a cross-entropy to a distribution
+    mpo = load_file(tmp_path / "mpo" / "model.safetensors")
+    assert any(not torch.equal(before[k], mpo[k]) for k in before)
 
 
 def test_a_folder_without_a_model_is_one_line_and_exit_2(tmp_path, capsys):
