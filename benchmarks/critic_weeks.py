@@ -89,10 +89,10 @@ def teacher_values(records: Sequence[dict[str, Any]], planner: PlannerConfig = P
 
 
 def advantages(values: np.ndarray, probs: np.ndarray, played: Sequence[int], kind: str) -> np.ndarray:
-    """Each step's advantage of the played action: ``value`` (its value minus the policy's mean value there) or
+    """Each step's advantage of the played action: ``value`` (its value minus the policy's mean value there),
     ``argmax`` (1 if it is the critic's best, minus the policy's probability of the best) or ``hits`` (1 if it is the
-    critic's best, else 0). ``values`` and
-    ``probs`` are ``(steps, 10)``; a step whose probabilities are unknown (no action was sampled) gets 0."""
+    critic's best, else 0). ``values`` and ``probs`` are ``(steps, 10)``; a step whose probabilities are unknown (no
+    action was sampled) gets 0."""
     steps = np.arange(len(played))
     if kind == "value":
         adv = values[steps, played] - (probs * values).sum(-1)
@@ -267,9 +267,12 @@ def make_rollout(args: argparse.Namespace, log: Any):
             if len(pos) != EPISODE_STEPS:
                 raise RhythmError(f"a week's completion holds {len(pos)} replies, not {EPISODE_STEPS}")
             played = [ACTIONS.index(s["action"]) for s in record["steps"]]
-            kind = "value" if args.adv == "mpo" else args.adv  # mpo: every action's value against the policy's mean
-            adv = (q - (p * q).sum(-1, keepdims=True)) if args.adv == "mpo" else advantages(q, p, played, kind)
-            adv = np.where(np.array([k is not None for k in pos]).reshape(-1, *[1] * (adv.ndim - 1)), np.nan_to_num(adv), 0.0)
+            if args.adv == "mpo":  # every action's value against the policy's mean there: (steps, 10)
+                adv = q - (p * q).sum(-1, keepdims=True)
+            else:  # the played action's: (steps,)
+                adv = advantages(q, p, played, args.adv)
+            named = np.array([k is not None for k in pos])
+            adv = np.where(named[:, None] if adv.ndim == 2 else named, np.nan_to_num(adv), 0.0)
             weeks.append((prompt, completion, pos, p))
             advs.append(adv)
             regrets.append(float((q.max(-1) - q[np.arange(EPISODE_STEPS), played]).mean()))
