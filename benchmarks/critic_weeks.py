@@ -71,6 +71,11 @@ OTHER_PEOPLE = 1_000_000  # mpo's second copy of a prompt plays seed + this (tra
 ACTION_MARK = "\nACTION:"  # the tiny tokenizer's token before the action name (one token per action after it)
 
 
+def action_token_ids(tokenizer: Any) -> list[int]:
+    """The token of each of the 10 action names as a reply writes it after the action mark (``" DEEP_WORK"``)."""
+    return [tokenizer.convert_tokens_to_ids(" " + a) for a in ACTIONS]
+
+
 def teacher_values(records: Sequence[dict[str, Any]], planner: PlannerConfig = PlannerConfig()) -> list[np.ndarray]:
     """The bayes teacher's value of each of the 10 actions at every step of each week, its filter reading the week
     as played (``(steps, 10)`` a week): what bayes would weigh there, had it reached that state."""
@@ -225,7 +230,7 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     engine = ActionSampler(model, tok, stop_ids=stop_token_ids(model, tok), max_new_tokens=16, temperature=1.0, greedy=True,
-                           mark=tok.convert_tokens_to_ids(ACTION_MARK), action_ids=[tok.convert_tokens_to_ids(" " + a) for a in ACTIONS])
+                           mark=tok.convert_tokens_to_ids(ACTION_MARK), action_ids=action_token_ids(tok))
     seeds = list(range(args.seeds_from, args.seeds_from + args.people))
     with torch.no_grad():
         records = [r.to_dict() for r in play_batch(_Student(engine, args.seed), "in-dist", "train", seeds)]
@@ -245,7 +250,7 @@ def make_rollout(args: argparse.Namespace, log: Any):
 
         tok = trainer.processing_class
         ids = {name: tok.convert_tokens_to_ids(name) for name in (ACTION_MARK, "assistant\n", "<|im_end|>")}
-        action_ids = [tok.convert_tokens_to_ids(" " + a) for a in ACTIONS]
+        action_ids = action_token_ids(tok)
         seeds = [int(json.loads(p[-1]["content"])["seed"]) for p in prompts]
         if args.adv == "mpo":  # greedy weeks of one person are one week: TRL's second copy plays another person
             seeds = [s + OTHER_PEOPLE * seeds[:i].count(s) for i, s in enumerate(seeds)]
@@ -276,7 +281,8 @@ def make_rollout(args: argparse.Namespace, log: Any):
             weeks.append((prompt, completion, pos, p))
             advs.append(adv)
             regrets.append(float((q.max(-1) - q[np.arange(EPISODE_STEPS), played]).mean()))
-        scale = float(np.concatenate(advs).std()) + 1e-8  # the batch's spread, as TRL's scale_rewards=batch
+        spread = float(np.concatenate(advs).std())
+        scale = spread + 1e-8  # the batch's spread, as TRL's scale_rewards=batch
         out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "token_advantages": [],
                                      "action_targets": []}
         for (prompt, completion, pos, p), adv in zip(weeks, advs, strict=True):
@@ -293,7 +299,7 @@ def make_rollout(args: argparse.Namespace, log: Any):
             out["token_advantages"].append(token_adv)
         out["week_score"] = [float(r["score"]["final_score"]) for r in records]
         log.write(json.dumps({"step": step, "play_s": round(played_s, 2), "value_s": round(valued_s, 2),
-                              "score": float(np.mean(out["week_score"])), "adv_std": float(np.concatenate(advs).std()),
+                              "score": float(np.mean(out["week_score"])), "adv_std": spread,
                               "regret": float(np.mean(regrets))}) + "\n")
         log.flush()
         return {**out, "logprobs": None}
@@ -327,7 +333,7 @@ def train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    action_ids = torch.tensor([tokenizer.convert_tokens_to_ids(" " + a) for a in ACTIONS])
+    action_ids = torch.tensor(action_token_ids(tokenizer))
 
     class TokenAdvantageGRPO(GRPOTrainer):
         """GRPO whose advantages are the rollout's, one per completion token (TRL's loss takes ``(B, T)``); with

@@ -73,7 +73,7 @@ def test_a_weeks_completion_has_one_action_token_per_turn(tiny_student):
     tok = AutoTokenizer.from_pretrained(tiny_student)
     record = play(make_agent("bayes"), [EpisodeSpec("in-dist", "train", 4)])[0].to_dict()
     prompt, completion = critic.week_ids(tok, record)
-    action_ids = {tok.convert_tokens_to_ids(" " + a): a for a in ACTIONS}
+    action_ids = dict(zip(critic.action_token_ids(tok), ACTIONS, strict=True))
     marks = [tok.convert_tokens_to_ids(n) for n in (critic.ACTION_MARK, "assistant\n", "<|im_end|>")]
     pos = critic.action_positions(completion, *marks, set(action_ids))
     assert len(pos) == EPISODE_STEPS and prompt[-1] == marks[1]
