@@ -56,12 +56,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, run_or_exit  # noqa: E402
 
-from rhythm.agents.base import EpisodeSpec  # noqa: E402
 from rhythm.agents.episodes import play_batch, replay_records, week_actions  # noqa: E402
+from rhythm.agents.filtering import read_along  # noqa: E402
 from rhythm.agents.model import decision_of  # noqa: E402
 from rhythm.agents.planner import PlannerConfig  # noqa: E402
-from rhythm.agents.posterior import ParticlePosterior  # noqa: E402
-from rhythm.agents.teachers import planning_keys, posterior_values, spec_keys  # noqa: E402
+from rhythm.agents.teachers import planning_keys, posterior_values  # noqa: E402
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS  # noqa: E402
 from rhythm.errors import RhythmError  # noqa: E402
 from rhythm.model.lockstep import LockstepChat  # noqa: E402
@@ -79,18 +78,11 @@ def action_token_ids(tokenizer: Any) -> list[int]:
 def teacher_values(records: Sequence[dict[str, Any]], planner: PlannerConfig = PlannerConfig()) -> list[np.ndarray]:
     """The bayes teacher's value of each of the 10 actions at every step of each week, its filter reading the week
     as played (``(steps, 10)`` a week): what bayes would weigh there, had it reached that state."""
-    out: list[np.ndarray] = [np.zeros((0, len(ACTIONS)))] * len(records)
-    for rows, actions, played in replay_records(records, week_actions):
-        keys = spec_keys([EpisodeSpec(str(records[i]["condition"]), str(records[i]["split"]), int(records[i]["seed"]))
-                          for i in rows])
-        post, plan = ParticlePosterior(keys), planning_keys(keys)
-        values = np.zeros((len(rows), actions.shape[1], len(ACTIONS)))
-        for t in range(actions.shape[1]):
-            values[:, t] = posterior_values(post, played.seen[:, t], t, plan, planner)
-            post.update(t, played.seen[:, t], actions[:, t], played.meters[:, t])
-        for i, week in zip(rows, values, strict=True):
-            out[i] = week
-    return out
+    def reader(keys: np.ndarray):
+        plan = planning_keys(keys)
+        return lambda posterior, seen, t: posterior_values(posterior, seen, t, plan, planner)
+
+    return read_along(records, len(ACTIONS), reader)
 
 
 def advantages(values: np.ndarray, probs: np.ndarray, played: Sequence[int], kind: str) -> np.ndarray:

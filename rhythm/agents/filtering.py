@@ -5,7 +5,7 @@ the student itself reached (docs/grpo-ablation.md, ninth and seventeenth rounds)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,22 +18,33 @@ from rhythm.agents.teachers import spec_keys
 from rhythm.protocol import format_ending
 
 
-def filter_beliefs(records: list[dict[str, Any]]) -> list[np.ndarray]:
-    """The bayes teacher's posterior-mean belief at every step of each week, from that week's own
-    observations and actions (the recorded agent's beliefs play no part): one ``(steps, 3)`` array a week.
-    Each record needs ``condition``, ``split``, ``seed`` and ``steps`` with an ``action`` name. The belief at
-    step t is stated before step t's action, as the protocol's is."""
-    out: list[np.ndarray] = [np.zeros((0, 3))] * len(records)
+def read_along(records: Sequence[dict[str, Any]], width: int,
+               reader: Callable[[np.ndarray], Callable[[ParticlePosterior, np.ndarray, int], np.ndarray]]
+               ) -> list[np.ndarray]:
+    """The bayes filter walked along each recorded week as played, read at every step before that step's update:
+    one ``(steps, width)`` array a week. ``reader(keys)`` is called once per batch of weeks (their person keys) and
+    returns ``read(posterior, seen, t)``, the ``(weeks, width)`` reading at step t. Each record needs
+    ``condition``, ``split``, ``seed`` and ``steps`` with an ``action`` name; the recorded agent's beliefs play no
+    part."""
+    out: list[np.ndarray] = [np.zeros((0, width))] * len(records)
     for rows, actions, played in replay_records(records, week_actions):
         keys = spec_keys([EpisodeSpec(str(records[i]["condition"]), str(records[i]["split"]), int(records[i]["seed"]))
                           for i in rows])
-        posterior, beliefs = ParticlePosterior(keys), np.zeros((len(rows), actions.shape[1], 3))
+        posterior, read = ParticlePosterior(keys), reader(keys)
+        weeks = np.zeros((len(rows), actions.shape[1], width))
         for t in range(actions.shape[1]):
-            beliefs[:, t] = posterior.belief()[0]
+            weeks[:, t] = read(posterior, played.seen[:, t], t)
             posterior.update(t, played.seen[:, t], actions[:, t], played.meters[:, t])
-        for i, week in zip(rows, beliefs, strict=True):
+        for i, week in zip(rows, weeks, strict=True):
             out[i] = week
     return out
+
+
+def filter_beliefs(records: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+    """The bayes teacher's posterior-mean belief at every step of each week, from that week's own observations and
+    actions (:func:`read_along`): one ``(steps, 3)`` array a week. The belief at step t is stated before step t's
+    action, as the protocol's is."""
+    return read_along(records, 3, lambda keys: lambda posterior, seen, t: posterior.belief()[0])
 
 
 def with_beliefs(records: list[dict[str, Any]], beliefs: Sequence[np.ndarray],
