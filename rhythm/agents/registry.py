@@ -3,11 +3,17 @@
 ``random``, ``heuristic`` (baselines), ``bayes``, ``oracle``, ``planner`` (built-in teachers),
 ``model:PATH`` (a causal LM, optionally a LoRA adapter), ``openai:MODEL`` and ``azure:DEPLOYMENT``
 (chat endpoints). Agents import their heavy dependencies (torch, openai) only when built.
+
+Agents of your own: in-process, :func:`register` a factory; for the command line (and for ``rhythm generate``'s
+worker processes), an installed package names its factory in the ``rhythm.agents`` entry-point group
+(``[project.entry-points."rhythm.agents"] mine = "my_pkg.agents:make"``), found on the first use of a name
+the registry does not hold. A built-in name always means the built-in agent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec
@@ -19,13 +25,15 @@ from rhythm.errors import RhythmError
 
 AgentFactory = Callable[[str, Any], Agent]
 _REGISTRY: dict[str, AgentFactory] = {}
+ENTRY_POINT_GROUP = "rhythm.agents"
+AGENT_METHODS = ("name", "reset", "act")
 
 
 def register(kind: str) -> Callable[[AgentFactory], AgentFactory]:
-    """Register a factory ``(argument, options) -> Agent`` for ``kind`` or ``kind:ARG``."""
+    """Register a factory ``(argument, options) -> Agent`` for ``kind`` or ``kind:ARG`` (names are case-blind)."""
 
     def wrap(factory: AgentFactory) -> AgentFactory:
-        _REGISTRY[kind] = factory
+        _REGISTRY[kind.strip().lower()] = factory
         return factory
 
     return wrap
@@ -71,8 +79,14 @@ def _model(arg: str, options: Any) -> Agent:
     return ModelAgent(arg, options)
 
 
+def _plugins() -> dict[str, Any]:
+    """The installed packages' agents (``rhythm.agents`` entry points) by lower-cased name, built-ins left out."""
+    return {ep.name.strip().lower(): ep for ep in entry_points(group=ENTRY_POINT_GROUP)
+            if ep.name.strip().lower() not in _REGISTRY}
+
+
 def agent_kinds() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted({*_REGISTRY, *_plugins()})
 
 
 def split_agent_spec(spec: str) -> tuple[str, str]:
@@ -83,7 +97,7 @@ def split_agent_spec(spec: str) -> tuple[str, str]:
 
 def check_agent_spec(spec: str) -> tuple[str, str]:
     kind, arg = split_agent_spec(spec)
-    if kind not in _REGISTRY:
+    if kind not in _REGISTRY and kind not in _plugins():
         raise RhythmError(f"unknown agent {spec!r}; expected one of {', '.join(agent_kinds())} (model:PATH, openai:MODEL)")
     if kind in ("model", "openai", "azure") and not arg:
         raise RhythmError(f"agent {kind!r} needs an argument, e.g. {kind}:NAME")
@@ -93,7 +107,25 @@ def check_agent_spec(spec: str) -> tuple[str, str]:
 def make_agent(spec: str, options: Any = None) -> Agent:
     """Build the agent named by ``spec`` (``kind`` or ``kind:ARG``) with stage ``options``."""
     kind, arg = check_agent_spec(spec)
-    return _REGISTRY[kind](arg, options)
+    factory = _REGISTRY.get(kind) or _load_plugin(kind)
+    agent = factory(arg, options)
+    missing = [m for m in AGENT_METHODS if not hasattr(agent, m)]
+    if missing:
+        raise RhythmError(f"agent {spec!r} is not an agent: it has no {', '.join(missing)} (rhythm.agents.base.Agent)")
+    return agent
 
 
-__all__ = ["Agent", "BatchObservation", "Decision", "EpisodeSpec", "agent_kinds", "make_agent", "register"]
+def _load_plugin(kind: str) -> AgentFactory:
+    """The factory a ``rhythm.agents`` entry point names, or one line saying why it cannot be loaded."""
+    ep = _plugins()[kind]
+    try:
+        factory = ep.load()
+    except Exception as err:  # an installed package's import error, reported as bad input
+        raise RhythmError(f"agent {kind!r}: cannot load {ep.value!r} ({type(err).__name__}: {err})") from None
+    if not callable(factory):
+        raise RhythmError(f"agent {kind!r}: {ep.value!r} is not callable (a factory (argument, options) -> agent)")
+    return factory
+
+
+__all__ = ["ENTRY_POINT_GROUP", "Agent", "BatchObservation", "Decision", "EpisodeSpec", "agent_kinds", "make_agent",
+           "register"]

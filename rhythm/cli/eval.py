@@ -12,7 +12,7 @@ from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetO
 def eval_command(
     agent: Annotated[
         Optional[str],
-        typer.Option("--agent", help="random | heuristic | planner | bayes | oracle | model:PATH | openai:MODEL | azure:DEPLOYMENT"),
+        typer.Option("--agent", help="random | heuristic | planner | bayes | oracle | model:PATH | openai:MODEL | azure:DEPLOYMENT | an installed rhythm.agents entry point"),
     ] = None,
     condition: ConditionOpt = None,
     episodes: Annotated[Optional[int], typer.Option("--episodes", help="Episodes per condition (default 100/50/15).")] = None,

@@ -46,7 +46,8 @@ class EvalConfig:
     """``rhythm eval``: which agent, which conditions, how many episodes, where to write."""
 
     agent: str = "heuristic"
-    """random | heuristic | planner | bayes | oracle | model:PATH | openai:MODEL | azure:DEPLOYMENT"""
+    """random | heuristic | planner | bayes | oracle | model:PATH | openai:MODEL | azure:DEPLOYMENT | NAME[:ARG] of an
+    installed ``rhythm.agents`` entry point (:mod:`rhythm.agents.registry`)"""
     condition: str = "all"
     """in-dist | ood | discrete | all"""
     episodes: int | None = None

@@ -21,7 +21,8 @@ class GenerateConfig:
     """``rhythm generate``: who teaches, which episodes, where they go."""
 
     teacher: str = "bayes"
-    """bayes (default, offline) | oracle | planner | heuristic | random | openai | azure"""
+    """bayes (default, offline) | oracle | planner | heuristic | random | openai | azure | NAME[:ARG] of an installed
+    ``rhythm.agents`` entry point"""
     seeds: str = "0-29"
     """Train-split seeds to play, e.g. 0-29 or 0,5,9."""
     condition: str = "in-dist"
