@@ -73,7 +73,7 @@ class BatchedRhythmEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.state: BatchState | None = None
-        self.future: tuple[int, np.ndarray] = (0, np.zeros(num_envs, dtype=np.int64))
+        self.future: tuple[np.ndarray, np.ndarray] = (np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=np.int64))
         self._future_keys: np.ndarray | None = None
 
     def reset(
@@ -84,9 +84,10 @@ class BatchedRhythmEnv(VectorEnv):
         the last one played (the constructor's ``seed`` first), so repeated resets meet new people.
 
         ``options={"future": d, "future_from": t}`` plays another future of the same weeks: from step ``t``
-        on (an int, or one per episode) the env's noise comes from redrawn keys (:func:`future_keys`, draw
-        ``d`` >= 1), before it the episodes' own; profiles and start meters are unchanged. ``future: 0`` (the
-        default) is the episodes' own noise throughout. Branch mode values an action under several futures
+        on the env's noise comes from redrawn keys (:func:`future_keys`, draw ``d`` >= 1), before it the
+        episodes' own; profiles and start meters are unchanged. Each is an int, or one per episode, so one batch
+        can hold several futures of the same weeks. ``future: 0`` (the default) is the episodes' own noise
+        throughout. Branch mode values an action under several futures
         this way (:mod:`rhythm.train.grpo.branch`)."""
         options = options or {}
         if seed is None:
@@ -102,7 +103,8 @@ class BatchedRhythmEnv(VectorEnv):
         self.future = _future(options, self.num_envs)
         self._next_seed = int(seeds[-1]) + 1
         self.keys = keys_for(self.condition, self.split, seeds)
-        self._future_keys = future_keys(self.keys, self.future[0]) if self.future[0] else None
+        draws = self.future[0]
+        self._future_keys = future_keys(self.keys, np.maximum(draws, 1)) if draws.any() else None
         self.profiles = sample_profiles(self.condition, self.split, seeds)
         self.params: Params = make_params(self.profiles)
         n = self.num_envs
@@ -124,7 +126,8 @@ class BatchedRhythmEnv(VectorEnv):
         s = self.state
         z = noise_batch(self.keys, s.t)
         if self._future_keys is not None:
-            z = np.where((s.t >= self.future[1])[:, None], noise_batch(self._future_keys, s.t), z)
+            redrawn = (self.future[0] > 0) & (s.t >= self.future[1])
+            z = np.where(redrawn[:, None], noise_batch(self._future_keys, s.t), z)
         res = step_batch(self.params, s.meters, s.t, actions, z)
         self.state = BatchState(s.t + 1, res.meters, actions, res.delta, res.anomaly)
         return res
@@ -150,14 +153,15 @@ class BatchedRhythmEnv(VectorEnv):
         self.state = state.copy()
 
 
-def _future(options: dict[str, Any], n: int) -> tuple[int, np.ndarray]:
-    """``reset``'s ``future`` / ``future_from`` options, checked: (draw, first redrawn step of each episode)."""
-    draw = options.get("future", 0)
-    if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
-        raise ValueError(f"future must be an int >= 0 (0: the episodes' own noise), got {draw!r}")
+def _future(options: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``reset``'s ``future`` / ``future_from`` options, checked: (draw, first redrawn step) of each episode."""
+    draw = np.asarray(options.get("future", 0))
+    if draw.dtype.kind not in "iu" or draw.ndim > 1 or (draw.ndim == 1 and len(draw) != n) or (draw < 0).any():
+        raise ValueError(f"future must be an int >= 0 or {n} of them (0: the episodes' own noise), "
+                         f"got {options.get('future')!r}")
     first = np.asarray(options.get("future_from", 0))
     if first.dtype.kind not in "iu" or first.ndim > 1 or (first.ndim == 1 and len(first) != n):
         raise ValueError(f"future_from must be an int or {n} ints (the first step of each episode's redrawn future)")
     if (first < 0).any() or (first > EPISODE_STEPS).any():
         raise ValueError(f"future_from must be in [0, {EPISODE_STEPS}]")
-    return int(draw), np.broadcast_to(first, (n,)).astype(np.int64)
+    return np.broadcast_to(draw, (n,)).astype(np.int64), np.broadcast_to(first, (n,)).astype(np.int64)

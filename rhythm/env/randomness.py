@@ -61,12 +61,14 @@ def episode_keys(condition_id: int, split_id: int, seeds: np.ndarray) -> np.ndar
     return splitmix64_np(np.uint64(k) ^ np.asarray(seeds, dtype=np.uint64))
 
 
-def future_keys(keys: np.ndarray, draw: int) -> np.ndarray:
-    """Keys of another future of the same episodes (``draw`` >= 1): the same person and past, other luck.
-    Only the noise is read from them (:class:`rhythm.env.batched.BatchedRhythmEnv`'s ``future`` option)."""
-    if draw < 1:
+def future_keys(keys: np.ndarray, draw: int | np.ndarray) -> np.ndarray:
+    """Keys of another future of the same episodes (``draw`` >= 1, one for all or one per episode): the same person
+    and past, other luck. Only the noise is read from them (:class:`rhythm.env.batched.BatchedRhythmEnv`'s ``future``
+    option)."""
+    draws = np.asarray(draw, dtype=np.int64)
+    if (draws < 1).any():
         raise ValueError(f"a redrawn future is draw 1 or later (0 is the episode's own), got {draw}")
-    return splitmix64_np(np.asarray(keys, dtype=np.uint64) ^ np.uint64(FUTURE_SALT + draw))
+    return splitmix64_np(np.asarray(keys, dtype=np.uint64) ^ (np.uint64(FUTURE_SALT) + draws.astype(np.uint64)))
 
 
 def _stream_base(stream: int, index: int) -> int:

@@ -54,6 +54,18 @@ def test_two_draws_are_two_futures_and_an_int_applies_to_every_week():
     assert not np.array_equal(future_keys(np.array([5], dtype=np.uint64), 1), future_keys(np.array([5], dtype=np.uint64), 2))
 
 
+@settings(max_examples=20, deadline=None)
+@given(draws=st.lists(st.integers(0, 9), min_size=4, max_size=4),
+       first=st.lists(st.integers(0, EPISODE_STEPS), min_size=4, max_size=4),
+       condition=st.sampled_from(["in-dist", "ood", "discrete"]))
+def test_one_batch_holds_several_futures_each_week_as_if_played_alone(draws, first, condition):
+    seeds = [3, 3, 4, 9]  # the same person twice: two futures of one week side by side
+    together, rewards = _week(seeds, {"future": draws, "future_from": first}, condition)
+    for i, (seed, d, t0) in enumerate(zip(seeds, draws, first, strict=True)):
+        alone, alone_rewards = _week([seed], {"future": d, "future_from": t0}, condition)
+        assert np.array_equal(together[:, i], alone[:, 0]) and np.array_equal(rewards[:, i], alone_rewards[:, 0])
+
+
 def test_a_later_reset_without_the_option_plays_the_own_future_again():
     env = BatchedRhythmEnv("in-dist", "train", 1)
     env.reset(seed=[5], options={"future": 3, "future_from": 0})
@@ -68,6 +80,8 @@ def test_a_later_reset_without_the_option_plays_the_own_future_again():
 @pytest.mark.parametrize("options, match", [
     ({"future": -1}, "future must be an int >= 0"),
     ({"future": 1.5}, "future must be an int >= 0"),
+    ({"future": [1, -1]}, "future must be an int >= 0"),
+    ({"future": [1, 2, 3]}, "future must be an int >= 0 or 2 of them"),
     ({"future": True}, "future must be an int >= 0"),
     ({"future": 1, "future_from": [1, 2, 3]}, "future_from must be an int or 2 ints"),
     ({"future": 1, "future_from": 0.5}, "future_from must be an int or 2 ints"),

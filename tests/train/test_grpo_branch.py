@@ -47,6 +47,22 @@ def test_another_action_changes_the_week_from_its_step_on(sft_model, greedy_week
     assert state.replies == tuple(s["response"] for s in record["steps"][:t])
 
 
+def test_the_futures_of_a_branch_played_in_one_batch_score_as_played_one_future_at_a_time(sft_model, greedy_week):
+    """Every future of every branch shares one lockstep batch (the env takes a future per week); split into a batch
+    per future (``max_rows``), the same weeks score the same, and the own future is the greedy week itself."""
+    record, rows = greedy_week
+    model, tokenizer = load_model(sft_model)
+    branches = [(State.of_row(rows[t]), reply) for t in (2, 15, 26)
+                for reply in (record["steps"][t]["response"], "BELIEF: S=0.50 M=0.50 W=0.50\nACTION: NAP")]
+    together = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test", futures=3)
+    apart = branch_scores(model, tokenizer, [tokenizer.eos_token_id], 16, branches, "test", futures=3,
+                          max_rows=len(branches))
+    assert [s["draws"] for s in together] == [s["draws"] for s in apart]
+    assert all(len(s["draws"]) == 3 and s["final_score"] == pytest.approx(np.mean(s["draws"])) for s in together)
+    assert together[0]["draws"][0] == pytest.approx(record["score"]["final_score"], abs=1e-12)
+    assert len({tuple(s["draws"]) for s in together}) > 1
+
+
 def test_state_identity_and_branch_keys(greedy_week):
     _, rows = greedy_week
     keys = {prompt_key(r["prompt"]) for r in rows}

@@ -128,25 +128,29 @@ class BranchAgent:
 
 
 def branch_scores(model: Any, tokenizer: Any, stop_ids: Sequence[int], max_new_tokens: int,
-                  branches: Sequence[tuple[State, str]], name: str, futures: int = 1) -> list[dict[str, Any]]:
+                  branches: Sequence[tuple[State, str]], name: str, futures: int = 1,
+                  max_rows: int = 256) -> list[dict[str, Any]]:
     """Play each (state, reply) branch to the end of its week, the policy greedy after the reply, under
     ``futures`` futures (the person's own noise, then ones redrawn from the branch step on); returns each
     branch's score dict in order: the own future's (``final_score_v2``, ...) with ``final_score`` the mean
-    over futures and ``draws`` each future's final score."""
+    over futures and ``draws`` each future's final score. The futures of a condition's branches are played as
+    one lockstep batch (the env takes a future per week), at most ``max_rows`` weeks at a time."""
     by_split: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, (state, _) in enumerate(branches):
         by_split[(state.condition, state.split)].append(i)
-    scores: list[dict[str, Any]] = [{} for _ in branches]
+    scores: list[dict[str, Any]] = [{"draws": []} for _ in branches]
     for (condition, split), idx in by_split.items():
-        forced = [[*branches[i][0].replies, branches[i][1]] for i in idx]
-        first = [branches[i][0].t for i in idx]
-        for d in range(futures):
+        weeks = [(i, d) for d in range(futures) for i in idx]  # the own future first: its record is the score dict
+        for start in range(0, len(weeks), max_rows):
+            batch = weeks[start : start + max_rows]
+            forced = [[*branches[i][0].replies, branches[i][1]] for i, _ in batch]
             engine = LockstepChat(model, tokenizer, stop_ids=stop_ids, max_new_tokens=max_new_tokens)
-            records = play_batch(BranchAgent(engine, name, forced), condition, split, [branches[i][0].seed for i in idx],
-                                 model=name, env_options={"future": d, "future_from": first})
-            for i, record in zip(idx, records, strict=True):
+            records = play_batch(BranchAgent(engine, name, forced), condition, split,
+                                 [branches[i][0].seed for i, _ in batch], model=name,
+                                 env_options={"future": [d for _, d in batch], "future_from": [branches[i][0].t for i, _ in batch]})
+            for (i, d), record in zip(batch, records, strict=True):
                 if d == 0:
-                    scores[i] = {**record.score, "draws": []}
+                    scores[i] = {**record.score, "draws": scores[i]["draws"]}
                 scores[i]["draws"].append(float(record.score["final_score"]))
     for s in scores:
         s["final_score"] = float(np.mean(s["draws"]))
