@@ -80,18 +80,25 @@ class LockstepChat:
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
     def _new_chunks(self, conversations: Sequence[list[dict[str, str]]]) -> list[list[int]]:
+        """Each conversation's new text as token ids. Conversations of the batch that are equal (a branch's
+        futures before they part) are rendered once, and equal new texts tokenized once."""
+        rendered: dict[tuple, str] = {}
+        encoded: dict[str, list[int]] = {}
         chunks = []
         for i, messages in enumerate(conversations):
-            text = self.render(messages)
+            key = tuple(tuple(m.items()) for m in messages)
+            text = rendered[key] if key in rendered else rendered.setdefault(key, self.render(messages))
             old = self._rendered[i]
             if not text.startswith(old):
                 raise ValueError(
                     "conversation does not extend the previous step's (an earlier turn changed, or the chat "
                     "template rewrites earlier turns); call reset() to start new conversations"
                 )
-            ids = self.tokenizer(text[len(old):], add_special_tokens=False)["input_ids"]
+            new = text[len(old):]
+            if new not in encoded:
+                encoded[new] = self.tokenizer(new, add_special_tokens=False)["input_ids"]
             self._rendered[i] = text
-            chunks.append(ids)
+            chunks.append(list(encoded[new]))
         return chunks
 
     # -- model calls ---------------------------------------------------------------------------------

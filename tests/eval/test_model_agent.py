@@ -166,6 +166,25 @@ def test_each_token_is_prefilled_once_and_the_batch_is_ragged(agent64, weeks64) 
     assert min(lengths) < agent64.options.max_new_tokens and len(set(lengths)) > 2  # ragged turns
 
 
+def test_equal_conversations_in_a_batch_get_the_ids_each_gets_alone(agent64) -> None:
+    """Equal conversations of a batch (a branch's futures before they part) are rendered and tokenized once; each
+    row's context is still exactly its own rendered conversation, and a row that parts from its twin gets its own."""
+    from rhythm.model.lockstep import LockstepChat
+
+    tok = agent64.tokenizer
+    engine = LockstepChat(agent64.model, tok, stop_ids=agent64.stop_ids, max_new_tokens=3)
+    engine.reset(3)
+    first = [conversation(["obs 0"]), conversation(["obs 0"]), conversation(["other 0"])]
+    engine.step(first)
+    second = [conversation(["obs 0", "obs 1"], ["ACTION: SLEEP"]), conversation(["obs 0", "obs 1b"], ["ACTION: SLEEP"]),
+              conversation(["other 0", "obs 1"], ["ACTION: SLEEP"])]
+    turns = engine.step(second)
+    for messages, turn in zip(second, turns, strict=True):
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert turn.prompt_ids == tok(text, add_special_tokens=False)["input_ids"]
+    assert turns[0].prompt_ids != turns[1].prompt_ids
+
+
 @pytest.mark.slow  # > 3 s on 2 cores
 def test_a_ragged_batch_equals_each_episode_alone(agent64, weeks64) -> None:
     records, _, _ = weeks64
