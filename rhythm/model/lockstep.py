@@ -87,7 +87,9 @@ class LockstepChat:
         chunks = []
         for i, messages in enumerate(conversations):
             key = tuple(tuple(m.items()) for m in messages)
-            text = rendered[key] if key in rendered else rendered.setdefault(key, self.render(messages))
+            if key not in rendered:
+                rendered[key] = self.render(messages)
+            text = rendered[key]
             old = self._rendered[i]
             if not text.startswith(old):
                 raise ValueError(
