@@ -73,6 +73,23 @@ def installed(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return plugin_path
 
 
+def test_a_name_two_installed_packages_claim_is_refused_not_guessed(installed: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "other"
+    info = other / "rival_agents-0.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rival-agents\nVersion: 0.2\n")
+    (info / "entry_points.txt").write_text("[rhythm.agents]\nsteady = rival_agents:make\n")
+    monkeypatch.syspath_prepend(str(other))
+    monkeypatch.syspath_prepend(str(installed))  # the same package on the path twice is still one claim
+    with pytest.raises(RhythmError) as err:
+        registry.make_agent("steady")
+    assert "'steady' is named by more than one installed package" in str(err.value)
+    assert "steady_agents:make" in str(err.value) and "rival_agents:make" in str(err.value)
+    assert registry.agent_kinds().count("steady") == 1
+    assert isinstance(registry.make_agent("bayes"), BayesAgent)
+
+
 def rhythm_cli(args: list[str], plugin_path: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_path), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "rhythm.cli.main", *args], cwd=cwd, env=env, capture_output=True,

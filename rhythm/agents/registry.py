@@ -7,7 +7,7 @@
 Agents of your own: in-process, :func:`register` a factory; for the command line (and for ``rhythm generate``'s
 worker processes), an installed package names its factory in the ``rhythm.agents`` entry-point group
 (``[project.entry-points."rhythm.agents"] mine = "my_pkg.agents:make"``), found on the first use of a name
-the registry does not hold. A built-in name always means the built-in agent.
+the registry does not hold. A built-in name always means the built-in agent; a name two packages claim is refused.
 """
 
 from __future__ import annotations
@@ -79,10 +79,15 @@ def _model(arg: str, options: Any) -> Agent:
     return ModelAgent(arg, options)
 
 
-def _plugins() -> dict[str, Any]:
-    """The installed packages' agents (``rhythm.agents`` entry points) by lower-cased name, built-ins left out."""
-    return {ep.name.strip().lower(): ep for ep in entry_points(group=ENTRY_POINT_GROUP)
-            if ep.name.strip().lower() not in _REGISTRY}
+def _plugins() -> dict[str, list[Any]]:
+    """The installed packages' agents (``rhythm.agents`` entry points) by lower-cased name, built-ins left out: each
+    name's distinct targets (one, unless two packages claim the name)."""
+    found: dict[str, list[Any]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        name = ep.name.strip().lower()
+        if name not in _REGISTRY and ep.value not in [e.value for e in found.get(name, [])]:
+            found.setdefault(name, []).append(ep)
+    return found
 
 
 def agent_kinds() -> list[str]:
@@ -117,7 +122,11 @@ def make_agent(spec: str, options: Any = None) -> Agent:
 
 def _load_plugin(kind: str) -> AgentFactory:
     """The factory a ``rhythm.agents`` entry point names, or one line saying why it cannot be loaded."""
-    ep = _plugins()[kind]
+    eps = _plugins()[kind]
+    if len(eps) > 1:
+        raise RhythmError(f"agent {kind!r} is named by more than one installed package: "
+                          f"{', '.join(e.value for e in eps)}; uninstall one")
+    ep = eps[0]
     try:
         factory = ep.load()
     except Exception as err:  # an installed package's import error, reported as bad input
