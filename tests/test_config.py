@@ -166,7 +166,8 @@ def test_shipped_variants_change_only_what_they_state() -> None:
     variants = {"sft-tiny-openings.yaml": SFTRunConfig, "sft-tiny-weeks.yaml": SFTRunConfig,
                 "sft-small.yaml": SFTRunConfig, "sft-tiny-dagger.yaml": SFTRunConfig,
                 "grpo-small.yaml": GRPORunConfig, "grpo-tiny-pairs.yaml": GRPORunConfig, "grpo-tiny-restore.yaml": GRPORunConfig,
-                "quickstart-few.yaml": QuickstartConfig, "quickstart-dagger.yaml": QuickstartConfig}
+                "quickstart-few.yaml": QuickstartConfig, "quickstart-dagger.yaml": QuickstartConfig,
+                "quickstart-few-short.yaml": QuickstartConfig}
     for name, cls in variants.items():
         base = yaml.safe_load(find_config(name).read_text())["base"]
         own = config_layers(name)[-1][1]

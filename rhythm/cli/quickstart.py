@@ -21,8 +21,9 @@ def quickstart_command(
 
     \b
     Examples:
-      rhythm quickstart      # -> runs/quickstart, ~10 min on 2 cores
-      rhythm quickstart --config configs/quickstart-few.yaml   # a tenth of the teacher weeks, GRPO then DAgger, ~27 min
+      rhythm quickstart      # -> runs/quickstart, 10-17 min on 2 cores
+      rhythm quickstart --config configs/quickstart-few.yaml   # a tenth of the teacher weeks, GRPO then DAgger, 26-45 min
+      rhythm quickstart --config configs/quickstart-few-short.yaml   # cut to ~26 min where that one takes 37
     """
     import os
 
