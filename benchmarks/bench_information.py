@@ -30,6 +30,7 @@ def transitions(condition: str, seeds: list[int]) -> tuple[list[tuple[int, np.nd
     from rhythm.agents.teachers import spec_keys
     from rhythm.env.batched import BatchedRhythmEnv
     from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
+    from rhythm.grader import true_belief
 
     specs = [EpisodeSpec(condition, "eval", s) for s in seeds]
     records = play(make_agent("bayes"), specs)
@@ -41,25 +42,26 @@ def transitions(condition: str, seeds: list[int]) -> tuple[list[tuple[int, np.nd
         actions = np.array([ACTION_INDEX[r.steps[t].action] for r in records], dtype=np.int64)
         res = env.step_raw(actions)
         out.append((t, before, actions, res.meters.copy()))
-    return out, spec_keys(specs), env.belief_targets
+    return out, spec_keys(specs), true_belief(condition, "eval", seeds)
 
 
 def window_mae(steps: list, keys: np.ndarray, truth: np.ndarray, window: int | None) -> np.ndarray:
     """Per-episode belief MAE of a fresh posterior fed only the last ``window`` transitions (None: all)."""
     from rhythm.agents.posterior import ParticlePosterior
+    from rhythm.grader import belief_mae
 
     post = ParticlePosterior(keys)
     first = 0 if window is None else max(0, len(steps) - window)
     for t, before, action, after in steps[first:]:
         post.update(t, before, action, after)
     belief, _ = post.belief()
-    return np.abs(belief - truth).mean(axis=1)
+    return belief_mae(belief, truth)
 
 
 def main() -> None:
     from rhythm.env.constants import CONDITIONS
     from rhythm.eval.stats import mean_ci
-    from rhythm.grader import PRIOR_MEAN
+    from rhythm.grader import prior_mae
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", default="5", help="comma-separated K (transitions shown), e.g. 5,10")
@@ -71,7 +73,7 @@ def main() -> None:
     for condition in CONDITIONS:
         seeds = list(range(counts[condition]))
         steps, keys, truth = transitions(condition, seeds)
-        prior = np.abs(np.asarray(PRIOR_MEAN[condition])[None, :] - truth).mean(axis=1)
+        prior = prior_mae(condition, truth)
         res = {"condition": condition, "episodes": len(seeds), "prior_mae": mean_ci(prior.tolist())}
         for k in windows:
             res[f"last_{k}_mae"] = mean_ci(window_mae(steps, keys, truth, k).tolist())

@@ -18,8 +18,9 @@ Stages, each a call of the same library function its own command uses:
 7. A summary table (``summary.md``, ``summary.json``) that compares the student with the baselines
    whatever the result.
 
-Every stage records a stamp: the package version, the env version, a hash of its resolved config and
-of the files it reads. A second run with the same stamp reuses a stage's outputs; a stage whose stamp
+Every stage records a stamp: the package version, the env version, the tiny student's cache key (a hash of
+what the built-in agents write, the bayes teacher's sentences included, and of how the student is built), a hash
+of its resolved config and of the files it reads. A second run with the same stamp reuses a stage's outputs; a stage whose stamp
 differs runs again and says why (``[generate] env version changed (rhythm-v1 -> rhythm-v2): rerunning``). One quickstart at a time
 per run directory (:mod:`rhythm.locking`): a second one on the same ``--out`` stops at once, or waits.
 """
@@ -36,6 +37,7 @@ from typing import Any
 import orjson
 
 from rhythm.agents.filtering import filtered_weeks
+from rhythm.agents.tiny import tiny_student_name
 from rhythm.config import NULL, Positive, Unit, config_dict, load_config, write_config
 from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
@@ -140,13 +142,14 @@ def file_digest(path: str | Path) -> str:
 def _stamp(config: Any, inputs: list[str | Path]) -> dict[str, Any]:
     """What a stage's outputs are made from: code and env versions, its resolved config, the files it reads."""
     config_hash = hashlib.sha256(orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-    return {"package_version": package_version(), "env_version": ENV_VERSION, "config": config_hash,
-            "inputs": {str(i): file_digest(i) for i in inputs}}
+    return {"package_version": package_version(), "env_version": ENV_VERSION, "tiny_student": tiny_student_name(),
+            "config": config_hash, "inputs": {str(i): file_digest(i) for i in inputs}}
 
 
 def _why_stale(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     """Why a stage recorded as ``old`` must run again for ``new``, or None when nothing changed."""
-    for key, what in (("package_version", "package version"), ("env_version", "env version")):
+    for key, what in (("package_version", "package version"), ("env_version", "env version"),
+                      ("tiny_student", "tiny student (what the agents write, or how it is built)")):
         if old.get(key) != new[key]:
             return f"{what} changed ({old.get(key)} -> {new[key]})"
     if old.get("config") != new["config"]:
@@ -295,6 +298,10 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
                              output=str(data), concurrency=cfg.concurrency, resume=True)
 
     def do_generate() -> dict[str, Any]:
+        finished = out / "data" / STAMP
+        if finished.exists():  # a finished stage gone stale: its weeks are played again, not resumed (resume is for a
+            finished.unlink()  # killed run, whose weeks were made as this one's are)
+            data.unlink(missing_ok=True)
         s = generate(gen_cfg)
         return {"episodes": s.episodes, "skipped": s.skipped, "mean_final_score": s.mean_final_score}
 

@@ -16,8 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rhythm.quickstart
+from rhythm.agents import teachers
 from rhythm.agents.filtering import filter_beliefs
 from rhythm.agents.restore import restore_labels
+from rhythm.agents.tiny import _corpus
 from rhythm.env.constants import ENV_VERSION
 from rhythm.locking import lock_path, output_lock
 from rhythm.protocol import parse_reply
@@ -26,6 +28,7 @@ from rhythm.records import read_episodes
 from tests.shared import QUICKSTART_MINI as MINI
 
 RHYTHM = [sys.executable, "-m", "rhythm.cli.main"]
+TINY_CHANGED = "tiny student (what the agents write, or how it is built) changed"
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -63,7 +66,8 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     assert all(s["reused"] for s in second["stages"])
     assert second["students"] == first["students"]
 
-    # a new env version: the teacher data is stale, and the quickstart says so as it plays the weeks again
+    # a changed teacher sentence, then a new env version: the teacher data is stale each time, and the quickstart
+    # says why as it plays the weeks again
     class Stop(Exception):
         pass
 
@@ -72,6 +76,18 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
         if line.startswith("[generate] done"):
             raise Stop
 
+    # the teacher weeks are written again, with the new sentence
+    plan = teachers._plan_sentence
+    with monkeypatch.context() as m:
+        m.setattr(teachers, "_plan_sentence", lambda *args: plan(*args).replace("Plan:", "Planned:"))
+        _corpus.cache_clear()
+        with pytest.raises(Stop):
+            quickstart(cfg, say=stop_after_generate, quiet=True)
+    _corpus.cache_clear()
+    assert any(line.startswith(f"[generate] {TINY_CHANGED} (") for line in said)
+    assert b"Planned:" in (out / "data/teacher.jsonl").read_bytes()
+
+    # the env version
     with monkeypatch.context() as m:
         m.setattr(rhythm.quickstart, "ENV_VERSION", "rhythm-v999")
         with pytest.raises(Stop):
@@ -205,6 +221,24 @@ def test_a_new_env_or_package_version_reruns_a_stage_and_says_why(tmp_path: Path
     assert _stage(tmp_path, said) is False
     assert said[-2].startswith(f"[generate] {why}") and said[-2].endswith(": rerunning")
     assert _stage(tmp_path, said) is True  # the new stamp holds
+
+
+def test_a_changed_teacher_sentence_makes_every_stage_stale_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the agents write is in every stamp (through the tiny student's cache key): teacher weeks written before a
+    teacher sentence changed are not reused, nor anything made from them or from the old tiny student."""
+    said: list[str] = []
+    _corpus.cache_clear()
+    try:
+        assert _stage(tmp_path, said) is False
+        assert _stage(tmp_path, said) is True
+        plan = teachers._plan_sentence
+        monkeypatch.setattr(teachers, "_plan_sentence", lambda *args: plan(*args).replace("Plan:", "Planned:"))
+        _corpus.cache_clear()
+        assert _stage(tmp_path, said) is False
+        assert said[-2].startswith(f"[generate] {TINY_CHANGED} (rhythm-tiny-") and said[-2].endswith(": rerunning")
+        assert _stage(tmp_path, said) is True  # the new stamp holds
+    finally:
+        _corpus.cache_clear()  # the memoised corpus must not keep the patched sentence
 
 
 def test_a_stale_stage_names_the_changed_input(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.env.render import render_observation
-from rhythm.grader import score_episode
+from rhythm.grader import score_episode, true_belief
 from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, StepRecord
 
@@ -124,7 +124,7 @@ def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray
         rewards[:, t] = res.reward
         returns += res.reward
         crashes += res.crashes
-    return Replay(meters, rewards, returns, crashes, env.state.meters, env.belief_targets, start)
+    return Replay(meters, rewards, returns, crashes, env.state.meters, true_belief(condition, split, seeds), start)
 
 
 def replay_records(records: Sequence[Any], actions: Callable[[Any], Sequence[str]]
@@ -199,7 +199,7 @@ def play_batch(
         if progress is not None:
             progress(n)
     seconds = (time.perf_counter() - started) / max(n, 1)
-    truths = env.belief_targets
+    truths = true_belief(condition, split, seeds)
     records = []
     created = now_iso()
     for i, seed in enumerate(seeds):

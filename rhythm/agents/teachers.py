@@ -18,9 +18,10 @@ from rhythm.agents.planner import PlannerConfig, action_values
 from rhythm.agents.posterior import ParticlePosterior, PosteriorConfig
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, METER_ABBREV, METERS
 from rhythm.env.dynamics import NEUTRAL_PARAMS, NOISE_SIGMA, make_params
-from rhythm.env.profiles import belief_of, keys_for, sample_profiles
+from rhythm.env.profiles import keys_for, sample_profiles
 from rhythm.env.randomness import splitmix64_np
 from rhythm.env.render import when
+from rhythm.grader import true_belief
 from rhythm.protocol import format_ending
 
 _PLAN_SALT = np.uint64(0x504C414E)  # "PLAN"
@@ -90,7 +91,7 @@ class OracleAgent(_Planning):
         )
         k = self.config.planner.samples
         self.params = make_params(np.repeat(profiles, k, axis=0))
-        self.truth = belief_of(profiles)
+        self.truth = np.concatenate([true_belief(e.condition, e.split, [e.seed]) for e in episodes])
 
     def act(self, obs: BatchObservation) -> list[Decision]:
         values = self._plan(self.params, obs)

@@ -44,6 +44,12 @@ def tiny_student_path(spec: TinySpec = TinySpec()) -> Path:
     return cached_tiny_student(spec, protocol_corpus(spec))
 
 
+def tiny_student_name(spec: TinySpec = TinySpec()) -> str:
+    """The cache folder name of the tiny student of ``spec`` (built or not): it changes with the agents' text, the
+    protocol, the env version and the build code, so a stage stamp holding it goes stale with any of them."""
+    return tiny_cache_path(spec, protocol_corpus(spec)).name
+
+
 def resolve_model(name_or_path: str) -> str:
     """``rhythm-tiny`` / ``rhythm-tiny-4l`` -> the cached tiny student's path; anything else as given."""
     spec = TINY_MODELS.get(name_or_path)

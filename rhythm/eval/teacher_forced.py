@@ -37,7 +37,7 @@ from rhythm.agents.filtering import filtered_weeks
 from rhythm.env.constants import ACTIONS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
-from rhythm.grader import prior_mae, true_belief
+from rhythm.grader import belief_mae, prior_mae, true_belief
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
@@ -159,8 +159,8 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
         at = [i for i, t in enumerate(ids) if t in markers]
         said = values[logits[at][:, value_ids].argmax(-1)].view(-1, 3).numpy()
         truth = true_belief(record["condition"], record["split"], [record["seed"]])[0]
-        student.append(np.abs(said - truth).mean(axis=1))
-        teacher.append(np.abs(np.array([s["belief"] for s in record["steps"]]) - truth).mean(axis=1))
+        student.append(belief_mae(said, truth))
+        teacher.append(belief_mae(np.array([s["belief"] for s in record["steps"]]), truth))
     return np.stack(student), np.stack(teacher)
 
 

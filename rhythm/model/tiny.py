@@ -40,7 +40,7 @@ from pathlib import Path
 from rhythm.env.constants import ACTIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION
 from rhythm.env.render import METER_HEADER, when
 from rhythm.protocol import SYSTEM_PROMPT
-from rhythm.provenance import package_version
+from rhythm.provenance import package_version, versions
 
 TINY_NAME = "rhythm-tiny"
 PAD_TOKEN = "<|endoftext|>"
@@ -182,7 +182,7 @@ def build_tiny_student(out_dir: str | Path, corpus: list[str], spec: TinySpec = 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "rhythm_tiny.json").write_text(json.dumps({"name": TINY_NAME, "spec": asdict(spec)}, indent=2))
+    (out / "rhythm_tiny.json").write_text(json.dumps({"name": TINY_NAME, "spec": asdict(spec), "versions": versions()}, indent=2))
     return out
 
 
@@ -226,15 +226,21 @@ def numeric_embeddings(model, tokenizer) -> int:
 
 def tiny_cache_path(spec: TinySpec, corpus: list[str]) -> Path:
     """Where the tiny student of ``spec`` and ``corpus`` is cached (built or not): a hash of everything it
-    is built from (spec, corpus text, protocol tokens, chat template, env and protocol versions, code version)."""
+    is built from (spec, corpus text, protocol tokens, chat template, env and protocol versions, code version,
+    and this module's source: the tokenizer's training, the architecture and the numeric embeddings)."""
 
     def digest(texts: list[str]) -> str:
         return hashlib.sha256("\x00".join(texts).encode()).hexdigest()
 
     payload = {"spec": asdict(spec), "corpus": digest(corpus), "tokens": digest(protocol_tokens()), "template": digest([CHAT_TEMPLATE]),
-               "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "code": package_version(), "v": 3}
+               "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "code": package_version(), "build": build_code_digest(), "v": 3}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
     return cache_dir() / f"{TINY_NAME}-{key}"
+
+
+def build_code_digest() -> str:
+    """sha256 of this module's source, so an edit to how the student is built is a new student, not a stale one."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
 def cached_tiny_student(spec: TinySpec, corpus: list[str]) -> Path:

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any
 
 from rhythm.agents.tiny import resolve_model
 from rhythm.config import Positive, Share, Unit
@@ -51,12 +52,14 @@ REPORT_NAME = "data_report.json"
 class SFTRunConfig(TrainRunConfig):
     """``rhythm sft``: names follow TRL's ``SFTConfig`` / ``ModelConfig``; the defaults are ``configs/sft.yaml``'s."""
 
-    RETIRED: ClassVar[dict[str, str]] = {  # knobs that measured no help and left; a config that sets one is told where
+    # Knobs that measured no help and left; a config that sets one is told where. Not annotated, so never a field
+    # (a string ``ClassVar`` annotation is not recognised where the module runs under another ``__main__``, cProfile's).
+    RETIRED = MappingProxyType({
         "best_week_per_person": "expert iteration is python benchmarks/own_weeks.py best (docs/sft.md)",
         "filter_beliefs": "DAgger for the belief is python benchmarks/own_weeks.py filter (docs/sft.md)",
         "action_balance": "it measured no help and was removed (docs/student.md; commit 2630816 is the last with it)",
         "context_noise": "it measured no help and was removed (docs/student.md; commit 6d1824e is the last with it)",
-    }
+    })
 
     # --- model
     model_name_or_path: str = "Qwen/Qwen2.5-3B-Instruct"

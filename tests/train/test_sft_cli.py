@@ -71,6 +71,18 @@ def test_the_python_m_entry_takes_rhythm_sfts_set_syntax(capsys):
     assert capsys.readouterr().err.strip() == "rhythm sft: error: file not found: /nonexistent.jsonl"
 
 
+def test_the_python_m_entries_run_under_a_profiler(tmp_path):
+    """``python -m cProfile -m rhythm.train.sft`` (or grpo): the module runs beside another ``__main__``, where a
+    dataclass cannot resolve string annotations such as ``ClassVar``; the configs still load and the help prints."""
+    import subprocess
+    import sys
+
+    for stage in ("sft", "grpo"):
+        proc = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(tmp_path / "p.prof"), "-m",
+                               f"rhythm.train.{stage}", "--help"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and f"python -m rhythm.train.{stage}" in proc.stdout, proc.stderr
+
+
 def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teacher, tiny_student):
     """While another run holds the output folder: exit 2 with one line, the folder untouched."""
     out = tmp_path / "out"

@@ -83,7 +83,8 @@ def test_a_changed_teacher_sentence_builds_a_fresh_tiny_student(monkeypatch, fre
     assert _key() != before
 
 
-@pytest.mark.parametrize("name, value", [("ENV_VERSION", "rhythm-v999"), ("PROTOCOL_VERSION", 999), ("package_version", lambda: "9.9.9")])
+@pytest.mark.parametrize("name, value", [("ENV_VERSION", "rhythm-v999"), ("PROTOCOL_VERSION", 999), ("package_version", lambda: "9.9.9"),
+                                         ("build_code_digest", lambda: "an edited build")])
 def test_env_protocol_and_code_versions_are_in_the_tiny_cache_key(monkeypatch, rhythm_cache, name, value):
     before = _key()
     monkeypatch.setattr(tiny, name, value)
