@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     tiny = str(tiny_student_path())
     base = SFTRunConfig(data=str(data), max_length=1536, learning_rate=3e-3, lr_scheduler_type="constant",
                         warmup_ratio=0.0, lora_dropout=0.0, report_to="none", seed=0, strip_reasoning=True,
-                        val_fraction=0.0)
+                        val_fraction=0.0, logging_steps=10, save_steps=100)
     cases = []
     if args.only in (None, "cpu"):
         cases.append(("cpu-tiny-full", replace(base, model_name_or_path=tiny, output_dir=str(tmp / "cpu"), bf16=False,

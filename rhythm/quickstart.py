@@ -6,7 +6,7 @@ Stages, each a call of the same library function its own command uses:
 2. ``reeval``: replay and regrade them beside random and heuristic.
 3. ``sft-openings`` then ``sft``: the tiny offline student distilled with TRL, every weight, first on
    the openings of the teacher's weeks (``configs/sft-tiny-openings.yaml``), then on whole weeks
-   (``configs/sft-tiny.yaml``).
+   (``configs/sft-tiny-weeks.yaml``).
 4. ``grpo``: GRPO refinement of the SFT model from the environment (``configs/grpo-tiny-branch.yaml``): on
    the student's own weeks, each sampled reply rewarded with the final score of the week it leads to.
    With a ``dagger:`` section (``configs/quickstart-few.yaml``), then ``dagger-play`` and ``dagger``: the refined

@@ -79,8 +79,9 @@ class SFTRunConfig(TrainRunConfig):
     """Loss weight of the action name each observation echoes (``After DEEP_WORK:``); None = observation_loss."""
     first_turns: Positive | None = None
     """Train on each week's first N turns only, a curriculum stage (None: whole weeks)."""
-    max_length: Positive = 1024
-    """Tokens per example; longer examples are dropped (and counted), never truncated."""
+    max_length: Positive = 10240
+    """Tokens per example; longer examples are dropped (and counted), never truncated (a Qwen2.5 week with its
+    reasoning is ~8,500)."""
     # --- optimisation
     num_train_epochs: float = 3.0
     """Passes over the training examples (ignored when max_steps > 0)."""
@@ -90,22 +91,22 @@ class SFTRunConfig(TrainRunConfig):
     """Peak learning rate (LoRA wants ~1e-4..3e-4, full fine-tuning ~1e-5)."""
     lr_scheduler_type: str = "cosine"
     """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
-    per_device_train_batch_size: Positive = 4
+    per_device_train_batch_size: Positive = 1
     """Examples per device per forward pass."""
-    per_device_eval_batch_size: Positive = 8
+    per_device_eval_batch_size: Positive = 1
     """Examples per device per forward pass of the validation loss."""
-    gradient_accumulation_steps: Positive = 4
+    gradient_accumulation_steps: Positive = 16
     """Forward passes per optimizer step (effective batch = this x batch size x devices)."""
     # --- evaluation, logging, checkpoints
-    eval_steps: Positive = 50
+    eval_steps: Positive = 25
     """Validation loss every N optimizer steps (and once at the end)."""
     eval_on_start: bool = True
     """Validation loss before the first step: the baseline the curve starts from."""
-    logging_steps: Positive = 10
+    logging_steps: Positive = 5
     """Training loss (and learning rate, grad norm, tokens) every N steps."""
-    save_steps: Positive = 100
+    save_steps: Positive = 50
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
-    output_dir: str = "runs/sft"
+    output_dir: str = "runs/sft-qwen2.5-3b"
     """Adapter, tokenizer, checkpoints, training_log.jsonl and the effective config go here."""
     # --- Hugging Face Jobs
     jobs: JobsConfig = field(default_factory=lambda: JobsConfig(timeout="3h"))

@@ -129,7 +129,7 @@ def test_filter_trains_the_filters_numbers_through_the_trainer(tmp_path, tiny_st
         record["steps"] = [{**s, "belief": [0.5] * 3, "response": format_ending([0.5] * 3, s["action"])} for s in record["steps"]]
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     cfg = SFTRunConfig(model_name_or_path="rhythm-tiny", max_steps=2, learning_rate=1e-3, warmup_ratio=0.0,
-                       per_device_train_batch_size=3, val_fraction=0.0, bf16=False, gradient_checkpointing=False,
+                       per_device_train_batch_size=3, gradient_accumulation_steps=4, val_fraction=0.0, bf16=False, gradient_checkpointing=False,
                        strip_reasoning=True, max_length=1536, use_peft=False, data=str(path),
                        output_dir=str(tmp_path / "out"))
     hooks = dict(examples=own_weeks.filter_examples(), tokenize=own_weeks.filter_weights)

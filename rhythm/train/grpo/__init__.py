@@ -1,8 +1,10 @@
 """GRPO refinement of the SFT student with rewards from the benchmark itself (``rhythm grpo``): a small
 package, read top to bottom as :mod:`~rhythm.train.grpo.config` (settings and checks),
 :mod:`~rhythm.train.grpo.data` (prompts and the people played), :mod:`~rhythm.train.grpo.rewards`
-(reward functions by name, reward log), :mod:`~rhythm.train.grpo.rollout` (episode mode's weeks) and
-:mod:`~rhythm.train.grpo.trainer` (policy, TRL ``GRPOTrainer``, the run; its docstring tells the
+(reward functions by name, reward log), :mod:`~rhythm.train.grpo.rollout` (episode mode's weeks),
+:mod:`~rhythm.train.grpo.branch` and :mod:`~rhythm.train.grpo.pairs` (branch mode's scored replies and pairs),
+:mod:`~rhythm.train.grpo.anchor` (the KL anchor), :mod:`~rhythm.train.grpo.probe` (what shows whether a run can
+learn) and :mod:`~rhythm.train.grpo.trainer` (policy, TRL ``GRPOTrainer``, the run; its docstring tells the
 recipe). ``python -m rhythm.train.grpo`` is the entry ``accelerate launch`` and Hugging Face Jobs run.
 """
 

@@ -32,7 +32,7 @@ class StepMode:
     """At most this many prompts, a seeded random subset (None = all)."""
     strip_reasoning: bool = False
     """Earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
-    gradient_accumulation_steps: Positive = 2
+    gradient_accumulation_steps: Positive = 4
     """Forward passes per optimizer step."""
     generation_batch_size: int | None = None
     """Completions generated at once (None = per_device_train_batch_size x gradient_accumulation_steps x
@@ -92,7 +92,8 @@ class GRPORunConfig(TrainRunConfig):
     SFT come from :class:`rhythm.train.common.TrainRunConfig`. ``data``: step mode, its states are the
     prompts; episode mode, its (condition, split, seed) are the people played.
 
-    The defaults are the real recipe (``configs/grpo.yaml``); ``configs/grpo-tiny.yaml`` is the CPU one.
+    The defaults are the real recipe (``configs/grpo.yaml``), but for ``model_name_or_path``: None reads the base
+    from the adapter, where the file names Qwen2.5-3B-Instruct; ``configs/grpo-tiny.yaml`` is the CPU one.
     """
 
     # --- model
@@ -128,7 +129,8 @@ class GRPORunConfig(TrainRunConfig):
     top_p: float = 1.0
     """Nucleus sampling of the replies: keep the most likely tokens up to this probability mass (1: all)."""
     reward_funcs: list[str] = field(default_factory=lambda: ["format", "belief", "action_value"])
-    """Reward functions by name (rhythm.train.grpo.rewards.REWARD_FUNCS): format, belief, action_value, final_score."""
+    """Reward functions by name (rhythm.train.grpo.rewards.REWARD_FUNCS): format, belief, action_value, final_score,
+    branch_score (branch mode)."""
     reward_weights: list[float] | None = field(default_factory=lambda: [0.2, 0.25, 1.0])
     """One weight per reward function (None = all 1); the reward is their weighted sum."""
     beta: float = 0.0
@@ -141,14 +143,14 @@ class GRPORunConfig(TrainRunConfig):
     """group | batch | none: divide advantages by the reward std of the group / the batch / not at all."""
     num_iterations: Positive = 1
     """Optimisation passes per generated batch (mu in the GRPO paper)."""
-    mask_truncated_completions: bool = False
+    mask_truncated_completions: bool = True
     """Leave replies cut off at max_completion_length out of the loss."""
     anchor_weight: NonNegative = 0.0
     """Weight of the KL from the starting policy on states outside the batch (rhythm.train.grpo.anchor); 0 = none."""
     anchor_states: Positive = 16
     """States the anchor's KL is measured on at each optimizer step (drawn from a fixed pool of the prompts)."""
     # --- optimisation
-    max_steps: int = 300
+    max_steps: int = 210
     """Optimizer steps; -1 = derive from num_train_epochs."""
     num_train_epochs: float = 1.0
     """Passes over the prompts (used only when max_steps is -1)."""
@@ -163,7 +165,7 @@ class GRPORunConfig(TrainRunConfig):
     """Loss, rewards per function, lengths every N steps."""
     save_steps: Positive = 50
     """Checkpoint every N steps (resume from the latest with resume_from_checkpoint=latest)."""
-    output_dir: str = "runs/grpo"
+    output_dir: str = "runs/grpo-qwen2.5-3b"
     """Adapter, tokenizer, checkpoints, training_log.jsonl, reward_log.jsonl and the effective config."""
     log_replies: bool = True
     """Write every reply's text into reward_log.jsonl (false: state, action and rewards only)."""

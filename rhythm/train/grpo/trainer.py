@@ -7,21 +7,26 @@
         --set hub_model_id=me/rhythm-grpo --set jobs.data_repo=me/rhythm-teacher                              # Hugging Face Jobs
     accelerate launch -m rhythm.train.grpo --config configs/grpo.yaml --set adapter=runs/sft --set data=...           # several GPUs
 
-The policy is the SFT LoRA adapter loaded onto its base with ``is_trainable=True`` (or, without an
-adapter, a fresh LoRA on ``model_name_or_path``). Two modes:
+The policy is the SFT LoRA adapter loaded onto its base with ``is_trainable=True`` (without an adapter, a
+fresh LoRA on ``model_name_or_path``; with ``use_peft: false``, every weight of a full model, as the tiny student
+trains). Three modes:
 
 ``step`` (default): each prompt is one recorded state (:mod:`rhythm.train.grpo.data`); TRL samples
 ``num_generations`` replies to it and the reward functions of :mod:`rhythm.train.grpo.rewards`, found by
 name (``reward_funcs``) and weighted (``reward_weights``), score every reply of the group in that
 exact state (the columns condition/split/seed/t/prefix replay it).
 
+``branch`` (the quickstart's): step mode's states, usually of the student's own greedy weeks
+(``rollout_seeds``), each sampled reply rewarded with the final score of the week it leads to, the student
+greedy after it (:mod:`rhythm.train.grpo.branch`; pairs and the restore challenger: :mod:`rhythm.train.grpo.pairs`).
+
 ``episode``: the student plays whole weeks and each reply is rewarded with the final score of its
 week (``rhythm.grader.score_episode``, via :func:`rhythm.agents.episodes.play_batch`, exactly as eval plays
 and grades). It runs through TRL's ``rollout_func``: for each person in the batch the student plays
-``num_generations`` weeks in lockstep, one sampled reply per turn to the same single-turn prompt eval
-uses ([system, observation with its short history]); every played turn becomes one GRPO sample whose
-prompt is exactly what the student saw, and the group of a turn holds the ``num_generations`` weeks
-of that person, so each reply's advantage is its week's score against the person's other weeks.
+``num_generations`` weeks in lockstep, one sampled reply per turn to the conversation eval shows (the system
+prompt and the week so far); every ``episode.every_k_turns``-th turn becomes one GRPO sample whose prompt is
+exactly what the student saw, and the group of a turn holds the ``num_generations`` weeks of that person, so
+each reply's advantage is its week's score against the person's other weeks.
 Nothing the environment wrote is inside a completion, so no ``env_mask`` is needed. Why not TRL's
 ``environment_factory``: see ``docs/grpo.md``.
 
@@ -29,8 +34,9 @@ Nothing the environment wrote is inside a completion, so no ``env_mask`` is need
 ``log_history`` plus ``"stage": "grpo"``: loss, ``reward``, ``rewards/<name>/mean`` and ``/std`` per
 reward function, completion lengths, KL when ``beta > 0``), ``reward_log.jsonl`` (one line per scored
 reply: state, action, belief, every reward, the weighted total), ``grpo_config.yaml`` (effective config
-with versions), ``prompts_report.json``, ``grpo_summary.json``, and in episode mode
-``episode_rollouts.jsonl`` (every week played, as episode records). Heavy imports happen inside functions.
+with versions), ``prompts_report.json``, ``grpo_summary.json``, in episode mode ``episode_rollouts.jsonl``
+(every week played, as episode records), and with ``rollout_seeds`` ``student_rollouts.jsonl`` (the student's own
+weeks whose states are the prompts). Heavy imports happen inside functions.
 """
 
 from __future__ import annotations
