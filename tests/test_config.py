@@ -205,3 +205,18 @@ def test_bounds_declared_in_a_field_type_are_checked_on_load_and_on_demand(share
     for attempt in (lambda: load_config(Sectioned, None, sets), lambda: check_bounds(Sectioned(Bounded(share, weight, steps)))):
         with pytest.raises(RhythmError, match=rf"^section\.{first[0]}={first[1]!r}: input should be "):
             attempt()
+
+
+@pytest.mark.parametrize("module, cls, config, apart", [
+    ("rhythm.train.sft", "SFTRunConfig", "configs/sft.yaml", set()),
+    ("rhythm.train.grpo.config", "GRPORunConfig", "configs/grpo.yaml", {"model_name_or_path"}),  # None: the adapter's base
+])
+def test_the_trainers_defaults_are_the_real_recipes_file(module, cls, config, apart):
+    """``rhythm sft`` / ``rhythm grpo`` without ``--config`` (say ``--flavor a10g-large``) run the 3B recipe of the
+    shipped file, as their docstrings say; a default that drifts from it would, e.g., drop every Qwen week."""
+    import dataclasses
+    import importlib
+
+    klass = getattr(importlib.import_module(module), cls)
+    defaults, shipped = dataclasses.asdict(klass()), dataclasses.asdict(load_config(klass, config))
+    assert {k for k in defaults if defaults[k] != shipped[k]} == apart
