@@ -133,7 +133,9 @@ def find_config(path: str | Path) -> Path:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = find_config(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise RhythmError(f"{path}: not UTF-8 text (byte {err.start}); a config is a YAML file") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

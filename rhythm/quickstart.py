@@ -49,7 +49,7 @@ from rhythm.eval.results import EvalResults
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import now_iso, package_version, versions
-from rhythm.records import read_episodes, write_episodes
+from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.common import data_paths
 from rhythm.train.grpo import GRPORunConfig, run_grpo
@@ -282,6 +282,7 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
                wait_lock: bool = False) -> dict[str, Any]:
     """Run (or reuse) every stage under ``cfg.out``, holding the run directory's lock (held by another
     quickstart: :class:`rhythm.locking.OutputLocked` at once, or wait with ``wait_lock``); returns the summary."""
+    check_output(cfg.out, folder=True, what="--out")
     with output_lock(cfg.out, wait=wait_lock, say=say):  # its SFT and GRPO stages delete stale run folders
         return _quickstart(cfg, say=say, quiet=quiet)
 

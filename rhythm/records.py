@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -206,32 +206,68 @@ def read_episodes(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield where, check_episode(obj, where)
 
 
+def check_output(path: str | Path, *, inputs: Iterable[str | Path] = (), folder: bool = False, what: str = "output") -> None:
+    """Refuse, before any work, an output that cannot be written where it is asked for: an empty path, one of
+    the run's ``inputs``, a folder where a file goes (or a file where a ``folder`` goes), a path under a file, a
+    place this process may not write in. ``-`` (stdout) always passes."""
+    if str(path) == "-":
+        return
+    if not str(path).strip():
+        raise RhythmError(f"the {what} path is empty; give a {'folder' if folder else 'file'}")
+    out = Path(path).expanduser()
+    if any(str(i) != "-" and str(i).strip() and Path(i).expanduser().resolve() == out.resolve() for i in inputs):
+        raise RhythmError(f"{what} {out} is also an input of this run; write it somewhere else")
+    if folder and out.exists() and not out.is_dir():
+        raise RhythmError(f"{what} {out} is a file; give a folder")
+    if not folder and out.is_dir():
+        raise RhythmError(f"{what} {out} is a folder; give a file path")
+    nearest = out if folder else out.parent
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise RhythmError(f"cannot write {what} {out}: {nearest} is a file, not a folder")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise RhythmError(f"cannot write {what} {out}: no permission to write in {nearest}")
+
+
 def repair_torn_tail(path: Path) -> int:
-    """Cut a partial last line (no trailing newline) off ``path``; returns the bytes removed."""
+    """Cut a partial last line (no trailing newline) off ``path``; returns the bytes removed. A last line that
+    is a whole record and lacks only its newline (a file written by hand or by another tool) is kept, and
+    the newline added, since resuming counts it as done."""
     if not path.exists():
         return 0
     size = path.stat().st_size
     if size == 0:
         return 0
     with path.open("rb+") as fh:
-        fh.seek(max(0, size - 1))
+        fh.seek(size - 1)
         if fh.read(1) == b"\n":
             return 0
-        # walk back to the last newline
-        block = 65536
-        pos = size
-        while pos > 0:
-            start = max(0, pos - block)
-            fh.seek(start)
-            chunk = fh.read(pos - start)
-            idx = chunk.rfind(b"\n")
-            if idx >= 0:
-                keep = start + idx + 1
-                fh.truncate(keep)
-                return size - keep
-            pos = start
-        fh.truncate(0)
-        return size
+        keep = _last_line_start(fh, size)
+        fh.seek(keep)
+        try:
+            whole = isinstance(orjson.loads(fh.read(size - keep)), dict)
+        except orjson.JSONDecodeError:
+            whole = False
+        if whole:
+            fh.seek(size)
+            fh.write(b"\n")
+            return 0
+        fh.truncate(keep)
+        return size - keep
+
+
+def _last_line_start(fh: BinaryIO, size: int, block: int = 65536) -> int:
+    """The offset just after the last newline of an open file of ``size`` bytes (0: it has none)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - block)
+        fh.seek(start)
+        idx = fh.read(pos - start).rfind(b"\n")
+        if idx >= 0:
+            return start + idx + 1
+        pos = start
+    return 0
 
 
 def done_keys(path: Path) -> set[tuple[str, str, int]]:

@@ -36,6 +36,12 @@ import pytest
         (["analyze", "teacher-forced", "missing-model", "missing.jsonl"], "file not found: missing.jsonl"),
         (["analyze", "nonsense"], "No such command 'nonsense'"),
         (["eval", "--agent", "openai:m", "--concurrency", "0"], "concurrency"),
+        (["eval", "--output", ""], "the output path is empty"),
+        (["generate", "--seeds", "0-1", "--output", ""], "the output path is empty"),
+        (["eval", "--set", "teacher.posterior.particles=0"], "teacher.posterior.particles=0: input should be greater"),
+        (["generate", "--set", "teacher_options.planner.horizon=0", "--output", "-"], "planner.horizon=0"),
+        (["generate", "--teacher", "model:runs/sft", "--output", "-"], "is a student, not a teacher"),
+        (["reeval", "--jsonl", "-", "--set", "tolerance=-1"], "tolerance=-1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +71,52 @@ def test_eval_with_bad_settings_keeps_the_last_eval(run_cli, tmp_path: Path, mon
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
     assert episodes.read_bytes() == b'{"seed": 0}\n' and results.read_bytes() == b"{}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.episodes.jsonl", "r.json"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["eval", "--episodes", "1", "--output", "{folder}"], "is a folder; give a file path"),
+    (["eval", "--episodes", "1", "--output", "{file}/r.json"], "is a file, not a folder"),
+    (["generate", "--seeds", "0-1", "--output", "{file}/t.jsonl"], "is a file, not a folder"),
+    (["reeval", "--jsonl", "{file}", "--output", "{file}"], "is also an input of this run"),
+    (["relabel", "{file}", "--output", "{file}"], "is also an input of this run"),
+    (["quickstart", "--out", "{file}"], "is a file; give a folder"),
+    (["plot", "--results", "{file}", "--out", "{file}"], "is a file; give a folder"),
+    (["eval", "--config", "{latin1}"], "not UTF-8 text"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(run_cli, tmp_path: Path, args, needle) -> None:
+    """One line and exit 2 before anything is played or read, and every file already there stays as it was."""
+    folder, file, latin1 = tmp_path / "d", tmp_path / "t.jsonl", tmp_path / "latin1.yaml"
+    folder.mkdir()
+    file.write_bytes(b'{"seed": 0}\n')
+    latin1.write_bytes("agent: h\xe9uristic\n".encode("latin-1"))
+    code, out, err = run_cli(*[a.format(folder=folder, file=file, latin1=latin1) for a in args])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert file.read_bytes() == b'{"seed": 0}\n' and list(folder.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "latin1.yaml", "t.jsonl"]
+
+
+def test_a_failed_eval_keeps_the_last_evals_episodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The episodes stream to a partial file that replaces the old one only once the results are written."""
+    import rhythm.eval.evaluate as evaluate_module
+    from rhythm.eval.evaluate import EvalConfig, run_eval
+
+    out = tmp_path / "r.json"
+    results, _, episodes = run_eval(EvalConfig(agent="heuristic", condition="discrete", episodes=2, references=[],
+                                               output=str(out)))
+    before = (out.read_bytes(), episodes.read_bytes())
+    real = evaluate_module.evaluate
+
+    def dies_midway(cfg, *, on_records, **kwargs):
+        real(cfg, on_records=on_records, **kwargs)  # every episode played and streamed, then the run fails
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(evaluate_module, "evaluate", dies_midway)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_eval(EvalConfig(agent="random", condition="discrete", episodes=3, references=[], output=str(out)))
+    assert (out.read_bytes(), episodes.read_bytes()) == before
+    monkeypatch.setattr(evaluate_module, "evaluate", real)
+    run_eval(EvalConfig(agent="random", condition="discrete", episodes=3, references=[], output=str(out)))
+    assert len(episodes.read_bytes().splitlines()) == 3 and not episodes.with_name(episodes.name + ".partial").exists()
 
 
 def test_broken_jsonl_line_names_file_and_line(run_cli, tmp_path: Path) -> None:

@@ -70,6 +70,20 @@ def test_writer_emits_whole_lines_and_resume_repairs_a_torn_tail(tmp_path: Path)
     assert repair_torn_tail(path) == 0
 
 
+def test_resume_keeps_a_whole_last_record_that_lacks_only_its_newline(tmp_path: Path) -> None:
+    """Counted as done by resume, so it must not be cut: the newline is added instead."""
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(_rec(s)) for s in range(3)))  # no final newline
+    assert done_keys(path) == {("in-dist", "train", s) for s in range(3)}
+    with JsonlWriter(path, resume=True) as w:
+        assert w.repaired == 0
+        w.write(_rec(3))
+    assert [orjson.loads(x)["seed"] for x in path.read_bytes().splitlines()] == [0, 1, 2, 3]
+    one = tmp_path / "one.jsonl"
+    one.write_bytes(orjson.dumps(_rec(0)))  # a single whole line, no newline at all
+    assert repair_torn_tail(one) == 0 and one.read_bytes().endswith(b"}\n")
+
+
 def test_bad_lines_are_reported_with_path_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(orjson.dumps(_rec(0)) + b"\n{not json\n")

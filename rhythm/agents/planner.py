@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rhythm.config import Positive
 from rhythm.env.constants import CRASH_PENALTY, CRASH_THRESHOLD, EPISODE_STEPS, N_ACTIONS, N_SLOTS
 from rhythm.env.dynamics import Params, expected_delta_all, noise_batch, rollout_step
 from rhythm.env.randomness import STREAM_PLAN, splitmix64_np
@@ -24,9 +25,9 @@ _ALL_ACTIONS = np.arange(N_ACTIONS)
 class PlannerConfig:
     """Rollout planner settings."""
 
-    samples: int = 16
+    samples: Positive = 16
     """Profiles sampled per decision (K): posterior draws for bayes, the true profile for oracle."""
-    horizon: int = 8
+    horizon: Positive = 8
     """Steps simulated per rollout, the candidate action included (two days of slots)."""
 
 

@@ -15,10 +15,13 @@ every factor's full documented range, so people outside the training distributio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+from annotated_types import Gt
 from scipy.special import log_ndtr
 
+from rhythm.config import Positive, Unit
 from rhythm.env.constants import N_METERS, N_SLOTS
 from rhythm.env.dynamics import NOISE_SIGMA, Params, expected_delta, make_params
 from rhythm.env.profiles import FACTOR_HIGH, FACTOR_LOW, N_FACTORS, belief_of, sample_broad, sample_in_dist
@@ -33,16 +36,16 @@ STREAM_JITTER = 13
 class PosteriorConfig:
     """Particle filter settings."""
 
-    particles: int = 1000
+    particles: Positive = 1000
     """Profile hypotheses per episode. 1000 keeps the belief's Monte Carlo error (~0.01) well below
     the inference error it reports, and an update costs ~0.2 ms."""
-    prior_in_dist: float = 0.7
+    prior_in_dist: Unit = 0.7
     """Share of prior particles from the training distribution; the rest are uniform (broad)."""
-    ess_threshold: float = 0.5
+    ess_threshold: Unit = 0.5
     """Resample when the effective sample size falls below this fraction of the particles."""
-    shrink: float = 0.95
+    shrink: Unit = 0.95
     """Liu-West shrinkage a: jitter keeps the posterior's mean and variance."""
-    noise_scale: float = 1.2
+    noise_scale: Annotated[float, Gt(0)] = 1.2
     """Likelihood noise as a multiple of the env's sigma: slightly wider is robust to the env's
     Gaussian-shaped (bounded) noise and to particles that sit between true values."""
 

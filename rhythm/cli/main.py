@@ -104,6 +104,11 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         _fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        if debug or exc.filename is None:  # not about a path the user named: a bug or the network, keep the trace
+            raise
+        paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+        _fail(f"{paths}: {exc.strerror or exc}")
     except (KeyboardInterrupt, typer.Abort):
         print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
         sys.exit(130)

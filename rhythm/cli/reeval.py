@@ -31,8 +31,11 @@ def reeval_command(
     from rhythm.cli.ui import err_console
     from rhythm.config import load_config
     from rhythm.eval.reeval import ReevalConfig, reeval
+    from rhythm.records import check_output
 
     cfg = load_config(ReevalConfig, config, overrides({"jsonl": jsonl, "output": output, "strict": strict or None}, set_))
+    if cfg.output is not None:
+        check_output(cfg.output, inputs=[cfg.jsonl])
     summary = reeval(cfg)
     print_reeval_table(summary)
     if cfg.output:

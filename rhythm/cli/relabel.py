@@ -29,8 +29,9 @@ def relabel_command(
     from rhythm.agents.filtering import filtered_weeks
     from rhythm.cli.ui import err_console
     from rhythm.errors import RhythmError
-    from rhythm.records import read_episodes, write_episodes
+    from rhythm.records import check_output, read_episodes, write_episodes
 
+    check_output(output, inputs=[episodes])
     records = [record for _, record in read_episodes(episodes)]
     if not records:
         raise RhythmError(f"no weeks in {episodes}")

@@ -10,6 +10,7 @@ per-episode records (every reply included) go to a JSONL beside it.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from rhythm.locking import output_lock
 from rhythm.model.llm_client import LLMConfig
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import versions
-from rhythm.records import EpisodeRecord, JsonlWriter
+from rhythm.records import EpisodeRecord, JsonlWriter, check_output
 from rhythm.seeds import format_seeds, parse_seeds
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
@@ -99,6 +100,7 @@ def validate(cfg: EvalConfig) -> None:
         check_agent_spec(ref)
     if cfg.grader not in GRADERS:
         raise RhythmError(f"unknown grader {cfg.grader!r}; expected one of {', '.join(GRADERS)}")
+    check_output(cfg.output)
 
 
 def agent_options(cfg: EvalConfig, spec: str) -> Any:
@@ -261,7 +263,8 @@ def run_eval(
     """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
 
     ``played_cache``: see :func:`evaluate`. The agents are built first, so bad settings stop the run
-    before it touches a file (the last eval's episodes stay). Both files are written under the
+    before it touches a file, and the episodes stream to ``<episodes>.partial``, which replaces the
+    episodes file only once the results are written: a run that fails leaves the last eval's two files. Both files are written under the
     episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output stops before it
     touches either (or waits, with ``wait_lock``).
     """
@@ -269,8 +272,9 @@ def run_eval(
     agents = make_agents(cfg)
     ep_path = episodes_path(cfg.output)
     with output_lock(ep_path, wait=wait_lock, say=say):
-        ep_path.unlink(missing_ok=True)
-        with JsonlWriter(ep_path) as writer:
+        partial = ep_path.with_name(ep_path.name + ".partial")
+        partial.unlink(missing_ok=True)
+        with JsonlWriter(partial) as writer:
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
                 if name == cfg.agent:
@@ -279,4 +283,6 @@ def run_eval(
 
             results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache,
                                agents=agents)
-        return results, results.save(cfg.output), ep_path
+        saved = results.save(cfg.output)
+        os.replace(partial, ep_path)
+        return results, saved, ep_path

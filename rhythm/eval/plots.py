@@ -33,7 +33,7 @@ from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
 from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
-from rhythm.records import iter_jsonl, read_episodes
+from rhythm.records import check_output, iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
     "random": {"in-dist": 0.402, "ood": 0.397, "discrete": 0.426},
@@ -523,6 +523,7 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
         raise RhythmError("nothing to plot: pass --results FILE (from rhythm eval) and/or --log DIR (from rhythm sft/grpo)")
     if cfg.dpi < 30 or cfg.dpi > 600:
         raise RhythmError(f"dpi must be between 30 and 600, got {cfg.dpi}")
+    check_output(cfg.out, folder=True, what="--out")
     results = [(Path(p), load_results(p)) for p in cfg.results]
     curves, notes = belief_curves(results) if results else ([], [])
     logs = [training_series(p) for p in cfg.logs]

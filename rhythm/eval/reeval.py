@@ -18,6 +18,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.episodes import replay as replay_actions
 from rhythm.agents.registry import make_agent
+from rhythm.config import NonNegative
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
 from rhythm.errors import RhythmError
@@ -40,7 +41,7 @@ class ReevalConfig:
     """Optional summary JSON."""
     baselines: list[str] = field(default_factory=lambda: ["random", "heuristic"])
     """Agents replayed on the same seeds for comparison."""
-    tolerance: float = 1e-6
+    tolerance: NonNegative = 1e-6
     """Largest difference between stored and replayed numbers that still counts as equal."""
     strict: bool = False
     """Exit with code 1 when any record is flagged."""

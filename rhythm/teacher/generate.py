@@ -26,7 +26,7 @@ from rhythm.config import config_hash
 from rhythm.env.constants import CONDITIONS, SPLITS
 from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
-from rhythm.records import dumps
+from rhythm.records import check_output, dumps
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.llm_generate import generate_llm, target_of
 from rhythm.teacher.output import GenerateConfig, GenerateSummary, open_output
@@ -45,10 +45,12 @@ def validate(cfg: GenerateConfig) -> list[int]:
         raise RhythmError("--concurrency and chunk must be >= 1")
     if cfg.output == "-" and cfg.resume:
         raise RhythmError("--resume needs a file --output, not stdout")
+    check_output(cfg.output)
     if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
         target_of(cfg)  # model, endpoint, key and budget settings, before anything is written
-    else:
-        check_agent_spec(cfg.teacher)
+    elif check_agent_spec(cfg.teacher)[0] == "model":
+        raise RhythmError("a model:PATH agent is a student, not a teacher; play it with rhythm eval --agent "
+                          f"{cfg.teacher} (its weeks go to the .episodes.jsonl beside the results)")
     return parse_seeds(cfg.seeds)
 
 

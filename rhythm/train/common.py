@@ -19,6 +19,7 @@ import orjson
 from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import command_line, now_iso, versions
+from rhythm.records import check_output
 from rhythm.train.hub import push_folder
 from rhythm.train.jobs import JobsConfig
 
@@ -101,6 +102,7 @@ def check_shared(cfg: Any) -> None:
     if cfg.push_to_hub and not cfg.hub_model_id:
         raise RhythmError("push_to_hub needs hub_model_id (user/name)")
     if cfg.jobs.flavor is None:
+        check_output(cfg.output_dir, inputs=data_paths(cfg), folder=True, what="output_dir")
         for path in data_paths(cfg):
             if path != "-" and not Path(path).is_file():
                 raise RhythmError(f"file not found: {path}")
