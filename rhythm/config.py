@@ -21,11 +21,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import types
 import typing
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union
 
 import orjson
 import yaml
@@ -78,12 +79,20 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
             continue
         if rest:
             raise RhythmError(f"{where}: {head!r} has no sub-keys (got {raw_key!r})")
+        if isinstance(value, int) and not isinstance(value, bool) and _takes_text(hint):
+            value = str(value)  # seeds: 7 (YAML and --set read a lone seed as a number)
         try:
             out[head] = TypeAdapter(hint).validate_python(value)
         except ValidationError as err:
             expected = getattr(hint, "__name__", str(hint))
             raise RhythmError(f"{where}: {raw_key}={value!r} is not a valid {expected} ({err.errors()[0]['msg']})") from None
     return out
+
+
+def _takes_text(hint: Any) -> bool:
+    """A field of text that takes no number (``seeds: str``, ``output: str | None``)."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    return str in args and not any(a in (int, float) for a in args)
 
 
 class _Null:

@@ -37,9 +37,10 @@ from typing import Any
 import orjson
 
 from rhythm.agents.filtering import filtered_weeks
+from rhythm.agents.registry import check_agent_spec
 from rhythm.agents.tiny import tiny_student_name
 from rhythm.config import NULL, Positive, Unit, config_dict, load_config, write_config
-from rhythm.env.constants import ENV_VERSION
+from rhythm.env.constants import CONDITIONS, ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
 from rhythm.eval.paired import final_scores, paired_differences
@@ -283,8 +284,31 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
     """Run (or reuse) every stage under ``cfg.out``, holding the run directory's lock (held by another
     quickstart: :class:`rhythm.locking.OutputLocked` at once, or wait with ``wait_lock``); returns the summary."""
     check_output(cfg.out, folder=True, what="--out")
+    check_stages(cfg)
     with output_lock(cfg.out, wait=wait_lock, say=say):  # its SFT and GRPO stages delete stale run folders
         return _quickstart(cfg, say=say, quiet=quiet)
+
+
+def check_stages(cfg: QuickstartConfig) -> None:
+    """Every stage's config and overrides, the references and the eval sizes, checked before the first stage
+    runs: a bad key in the GRPO section must not wait for the teacher and SFT stages to finish."""
+    sections: list[tuple[str, type, str | None, dict[str, Any]]] = [
+        ("openings", SFTRunConfig, cfg.openings_config, cfg.openings), ("sft", SFTRunConfig, cfg.sft_config, cfg.sft),
+        ("grpo", GRPORunConfig, cfg.grpo_config, cfg.grpo), ("dagger.sft", SFTRunConfig, cfg.dagger.config, cfg.dagger.sft)]
+    for name, cls, path, over in sections:
+        if path is None:
+            continue
+        try:
+            load_config(cls, path, over)
+        except RhythmError as err:
+            raise RhythmError(f"quickstart {name}: {str(err).removeprefix('command line: ')}") from None
+    for ref in cfg.references:
+        check_agent_spec(ref)
+    unknown = [c for c in cfg.eval_episodes if c not in CONDITIONS]
+    if unknown or any(n < 1 for n in cfg.eval_episodes.values()):
+        raise RhythmError(f"eval_episodes takes a positive count per condition ({', '.join(CONDITIONS)}), got {cfg.eval_episodes}")
+    if cfg.eval_split not in ("eval", "train"):
+        raise RhythmError(f"eval_split must be eval or train, got {cfg.eval_split!r}")
 
 
 def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: bool) -> dict[str, Any]:

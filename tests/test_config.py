@@ -220,3 +220,15 @@ def test_the_trainers_defaults_are_the_real_recipes_file(module, cls, config, ap
     klass = getattr(importlib.import_module(module), cls)
     defaults, shipped = dataclasses.asdict(klass()), dataclasses.asdict(load_config(klass, config))
     assert {k for k in defaults if defaults[k] != shipped[k]} == apart
+
+
+def test_a_lone_number_is_text_where_a_field_takes_text(tmp_path: Path):
+    """``seeds: 7`` in YAML or ``--set seeds=7`` is one seed, not a type error; a number field stays a number."""
+    from rhythm.teacher.output import GenerateConfig
+
+    assert load_config(GenerateConfig, None, ["seeds=7", "output=123"]).seeds == "7"
+    path = tmp_path / "g.yaml"
+    path.write_text("seeds: 7\n")
+    assert load_config(GenerateConfig, path).seeds == "7"
+    with pytest.raises(RhythmError, match="concurrency='x' is not a valid"):
+        load_config(GenerateConfig, None, ["concurrency=x"])

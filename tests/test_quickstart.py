@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from rhythm.agents.filtering import filter_beliefs
 from rhythm.agents.restore import restore_labels
 from rhythm.agents.tiny import _corpus
 from rhythm.env.constants import ENV_VERSION
+from rhythm.errors import RhythmError
 from rhythm.locking import lock_path, output_lock
 from rhythm.protocol import parse_reply
 from rhythm.quickstart import STAMP, DaggerStage, QuickstartConfig, file_digest, paired_sentences, quickstart, run_stage
@@ -290,3 +292,17 @@ def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when
     assert len(rest) == int(nothing)
     if nothing:
         assert "docs/grpo.md" in rest[0] and ("quickstart-dagger.yaml" in rest[0]) is not dagger
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"grpo": {"foo": 1}}, "quickstart grpo: unknown key 'foo' for GRPORunConfig"),
+    ({"sft": {"learning_rate": -1}}, "quickstart sft: learning_rate=-1"),
+    ({"references": ["wizard"]}, "unknown agent 'wizard'"),
+    ({"eval_episodes": {"sideways": 3}}, "eval_episodes takes a positive count"),
+])
+def test_every_stages_settings_are_checked_before_the_first_stage(tmp_path: Path, over, needle) -> None:
+    """A bad key for a late stage stops the run at once, not after the teacher and SFT stages (minutes)."""
+    said: list[str] = []
+    with pytest.raises(RhythmError, match=re.escape(needle)):
+        quickstart(QuickstartConfig(out=str(tmp_path / "qs"), **{**MINI, **over}), say=said.append, quiet=True)
+    assert said == [] and not (tmp_path / "qs").exists()

@@ -176,8 +176,11 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
         raise RhythmError(f"no weeks in {episodes}" + (f" for condition {condition}" if condition else ""))
     if not Path(model_dir).expanduser().is_dir():
         raise RhythmError(f"model directory not found: {model_dir}")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    except (OSError, ValueError) as err:  # ValueError: a folder that holds no model or tokenizer
+        raise RhythmError(f"cannot load the model in {model_dir} ({str(err).splitlines()[0]})") from None
 
     prior = np.mean([prior_mae(r["condition"], true_belief(r["condition"], r["split"], [r["seed"]])[0]) for r in records])
     row = lambda e: " / ".join(f"{e.mean(axis=0)[s - 1]:.3f}" for s in STEPS)  # noqa: E731

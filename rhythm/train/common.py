@@ -12,9 +12,10 @@ import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 import orjson
+from annotated_types import Ge, Gt
 
 from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
 from rhythm.errors import RhythmError
@@ -28,6 +29,7 @@ QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 Auto = Union[bool, Literal["auto"]]
 C = TypeVar("C", bound="TrainRunConfig")
+LearningRate = Annotated[float, Gt(0)]
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,13 @@ class TrainRunConfig:
     """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: NonNegative = 0.0
     """AdamW weight decay."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: NonNegative = 1.0
     """Gradients are clipped to this global norm."""
     bf16: Auto = "auto"
     """bfloat16 mixed precision; auto = on when CUDA is available (it is ~5x slower on CPU)."""
     gradient_checkpointing: Auto = "auto"
     """Recompute activations to save memory; auto = on with CUDA, off on CPU (~3x slower there)."""
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
     """Seeds the adapter init, the data order and every seeded subset or split."""
     # --- LoRA (PEFT; GRPO: a fresh adapter only, a loaded adapter keeps its own shape)
     use_peft: bool = True

@@ -28,8 +28,10 @@ from typing import Any
 from rhythm.agents.tiny import resolve_model
 from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
+from rhythm.model.load import looks_local
 from rhythm.train.common import (
     LOG_NAME,
+    LearningRate,
     TrainRunConfig,
     check_shared,
     data_paths,
@@ -87,7 +89,7 @@ class SFTRunConfig(TrainRunConfig):
     """Passes over the training examples (ignored when max_steps > 0)."""
     max_steps: int = -1
     """Optimizer steps; -1 = derive from num_train_epochs."""
-    learning_rate: float = 2e-4
+    learning_rate: LearningRate = 2e-4
     """Peak learning rate (LoRA wants ~1e-4..3e-4, full fine-tuning ~1e-5)."""
     lr_scheduler_type: str = "cosine"
     """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
@@ -203,6 +205,8 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     ``cfg.data`` into rows and ``tokenize`` rows into tokens with loss weights: :func:`build_examples` and
     :func:`tokenize_examples`, unless a probe brings its own (benchmarks/dagger_probe.py, own_weeks.py)."""
     validate(cfg)
+    if looks_local(cfg.model_name_or_path) and not Path(cfg.model_name_or_path).expanduser().exists():
+        raise RhythmError(f"model path not found: {cfg.model_name_or_path}")
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
     rows, report = examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
     out, resume, resolved = prepare_run(cfg, quiet)
@@ -213,7 +217,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a folder that holds no model or tokenizer
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
     tokenized = tokenize(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
                          echo_loss=cfg.echo_loss)

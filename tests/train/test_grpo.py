@@ -56,6 +56,8 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "lora_rank=8"], "unknown key 'lora_rank' for GRPORunConfig; did you mean 'lora_r'?"),
         (["--set", "max_prompts=8"], "unknown key 'max_prompts' for GRPORunConfig; did you mean 'step.max_prompts'?"),
         (["--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
+        (["--set", "top_p=5"], "top_p=5.0: input should be less than or equal to 1"),
+        (["--set", "reward_weights=[1, 1, .nan]"], "reward_weights must be finite numbers"),
         (["--max-steps", "0"], "max_steps must be positive or -1"),
         (["--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
         (["--flavor", "a10g-large", "--set", "hub_model_id=me/x", "--set", "jobs.data_repo=me/d"], "a job cannot read the local adapter"),

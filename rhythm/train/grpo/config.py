@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Union
@@ -13,7 +14,7 @@ from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import looks_local
 from rhythm.seeds import parse_seeds
-from rhythm.train.common import TrainRunConfig, check_shared, data_paths
+from rhythm.train.common import LearningRate, TrainRunConfig, check_shared, data_paths
 from rhythm.train.grpo.rewards import REWARD_FUNCS
 from rhythm.train.jobs import JobsConfig
 
@@ -126,18 +127,18 @@ class GRPORunConfig(TrainRunConfig):
     """Reply budget in tokens (a Qwen2.5 teacher-style reply is ~150-250 tokens)."""
     temperature: Annotated[float, Gt(0)] = 1.0
     """Sampling temperature of the replies (the loss uses the same one)."""
-    top_p: float = 1.0
+    top_p: Annotated[float, Interval(gt=0, le=1)] = 1.0
     """Nucleus sampling of the replies: keep the most likely tokens up to this probability mass (1: all)."""
     reward_funcs: list[str] = field(default_factory=lambda: ["format", "belief", "action_value"])
     """Reward functions by name (rhythm.train.grpo.rewards.REWARD_FUNCS): format, belief, action_value, final_score,
     branch_score (branch mode)."""
     reward_weights: list[float] | None = field(default_factory=lambda: [0.2, 0.25, 1.0])
     """One weight per reward function (None = all 1); the reward is their weighted sum."""
-    beta: float = 0.0
+    beta: NonNegative = 0.0
     """KL coefficient against the starting adapter (TRL keeps a frozen copy named 'ref'); 0 = no KL term."""
     loss_type: str = "dapo"
     """grpo | dapo | dr_grpo | bnpo | cispo | sapo | vespo (TRL's; dapo normalises by the tokens in the batch)."""
-    epsilon: float = 0.2
+    epsilon: NonNegative = 0.2
     """PPO-style clipping of the importance ratio."""
     scale_rewards: str = "group"
     """group | batch | none: divide advantages by the reward std of the group / the batch / not at all."""
@@ -154,7 +155,7 @@ class GRPORunConfig(TrainRunConfig):
     """Optimizer steps; -1 = derive from num_train_epochs."""
     num_train_epochs: float = 1.0
     """Passes over the prompts (used only when max_steps is -1)."""
-    learning_rate: float = 1e-5
+    learning_rate: LearningRate = 1e-5
     """Peak learning rate (LoRA: ~1e-5..5e-5; TRL's default 1e-6 is for full fine-tuning)."""
     lr_scheduler_type: str = "constant_with_warmup"
     """transformers scheduler name: linear | cosine | constant | constant_with_warmup ..."""
@@ -202,6 +203,8 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError("reward branch_score is the score of the week a reply leads to: it needs mode=branch")
     if cfg.reward_weights is not None and len(cfg.reward_weights) != len(cfg.reward_funcs):
         raise RhythmError(f"reward_weights has {len(cfg.reward_weights)} values for {len(cfg.reward_funcs)} reward_funcs")
+    if cfg.reward_weights is not None and not all(math.isfinite(w) for w in cfg.reward_weights):
+        raise RhythmError(f"reward_weights must be finite numbers, got {cfg.reward_weights}")
     check_shared(cfg)
     if cfg.loss_type not in LOSS_TYPES:
         raise RhythmError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {cfg.loss_type!r}")
