@@ -18,8 +18,9 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from rhythm.env.constants import PROTOCOL_VERSION
+from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, EPISODE_STEPS, N_METERS, PROTOCOL_VERSION, SPLITS
 from rhythm.errors import RhythmError
+from rhythm.seeds import MAX_SEED
 
 SCHEMA_VERSION = 2
 """2: records carry ``protocol`` (the text protocol version their observations and replies follow)."""
@@ -166,15 +167,46 @@ def check_episode(obj: dict[str, Any], where: str) -> dict[str, Any]:
         raise RhythmError(f"{where}: episode record lacks {', '.join(missing)}")
     if not isinstance(obj["steps"], list) or not obj["steps"]:
         raise RhythmError(f"{where}: episode record has no steps")
+    if len(obj["steps"]) > EPISODE_STEPS:
+        raise RhythmError(f"{where}: episode record has {len(obj['steps'])} steps; a week has {EPISODE_STEPS}")
     for i, step in enumerate(obj["steps"]):
         if not isinstance(step, dict):
             raise RhythmError(f"{where}: step {i} is not an object")
         lacking = [k for k in STEP_KEYS if k not in step]
         if lacking:
             raise RhythmError(f"{where}: step {i} lacks {', '.join(lacking)}")
-    if not isinstance(obj["seed"], int) or obj["seed"] < 0:
-        raise RhythmError(f"{where}: seed must be a non-negative integer, got {obj['seed']!r}")
+        _check_step(step, i, where)
+    seed = obj["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise RhythmError(f"{where}: seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
+    for key, known in (("condition", CONDITIONS), ("split", SPLITS)):
+        if obj[key] not in known:
+            raise RhythmError(f"{where}: unknown {key} {obj[key]!r}; expected one of {', '.join(known)}")
+    score = obj["score"]
+    if score is not None and not (isinstance(score, dict) and all(_number(v) or v is None for v in score.values())):
+        raise RhythmError(f"{where}: score must be an object of numbers (or null), got {score!r}"[:300])
     return obj
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_step(step: dict[str, Any], i: int, where: str) -> None:
+    """The types a step's fields must have, where a reader uses them (one line naming the step)."""
+    if step["t"] != i or isinstance(step["t"], bool):
+        raise RhythmError(f"{where}: step {i} has t={step['t']!r}; steps must run 0, 1, 2... to replay a state")
+    if step["action"] not in ACTIONS:
+        raise RhythmError(f"{where}: step {i} has unknown action {step['action']!r}; expected one of {', '.join(ACTIONS)}")
+    for key in ("response", "observation"):
+        if not isinstance(step[key], str):
+            raise RhythmError(f"{where}: step {i} has no {key} text (got {type(step[key]).__name__})")
+    for key, size in (("meters", N_METERS), ("belief", len(BELIEF_DIMS))):
+        value = step.get(key)
+        if value is not None and not (isinstance(value, list) and len(value) == size and all(map(_number, value))):
+            raise RhythmError(f"{where}: step {i}: {key} must be {size} numbers{' or null' if key == 'belief' else ''}, got {value!r}")
+    if "reward" in step and not _number(step["reward"]):
+        raise RhythmError(f"{where}: step {i}: reward must be a number, got {step['reward']!r}")
 
 
 def record_protocol(record: dict[str, Any]) -> int:

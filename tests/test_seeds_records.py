@@ -94,3 +94,33 @@ def test_bad_lines_are_reported_with_path_and_line(tmp_path: Path) -> None:
         list(read_episodes(path))
     with pytest.raises(RhythmError, match="not found"):
         list(iter_jsonl(tmp_path / "nope.jsonl"))
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda r: r.update(seed=2**64 - 1), "seed must be an integer in [0, "),
+    (lambda r: r.update(seed=True), "seed must be an integer"),
+    (lambda r: r.update(condition=["in-dist"]), "unknown condition ['in-dist']"),
+    (lambda r: r.update(split="test"), "unknown split 'test'"),
+    (lambda r: r.update(score=5), "score must be an object of numbers"),
+    (lambda r: r.update(score={"final_score": "high"}), "score must be an object of numbers"),
+    (lambda r: r["steps"][0].update(action="FLY"), "step 0 has unknown action 'FLY'"),
+    (lambda r: r["steps"][0].update(t=1), "step 0 has t=1"),
+    (lambda r: r["steps"][0].update(response=5), "step 0 has no response text"),
+    (lambda r: r["steps"][0].update(meters=None), None),  # meters are optional; null means not recorded
+    (lambda r: r["steps"][0].update(meters=["a"] * 5), "step 0: meters must be 5 numbers"),
+    (lambda r: r["steps"][0].update(belief=["0.5", 0.5, 0.5]), "step 0: belief must be 3 numbers or null"),
+    (lambda r: r["steps"][0].update(reward="x"), "step 0: reward must be a number"),
+    (lambda r: r.update(steps=[{**r["steps"][0], "t": t} for t in range(29)]), "29 steps; a week has 28"),
+])
+def test_a_record_of_the_wrong_types_is_one_line_naming_it(tmp_path: Path, change, needle) -> None:
+    """Every reader (reeval, relabel, sft, grpo, analyze, upload) reads records through this check, so a wrong type
+    is one line naming the file, line and field, never a traceback deep in a reader."""
+    record = _rec(0)
+    change(record)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(orjson.dumps(_rec(1)) + b"\n" + orjson.dumps(record) + b"\n")
+    if needle is None:
+        assert len(list(read_episodes(path))) == 2
+        return
+    with pytest.raises(RhythmError, match=re.escape("r.jsonl:2: ") + ".*" + re.escape(needle)):
+        list(read_episodes(path))
