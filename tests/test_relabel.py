@@ -114,3 +114,15 @@ def test_restore_labels_name_the_rules_action_where_a_meter_runs_low_and_keep_th
             seen = step["meters"]
     assert changed > 0 and named > changed  # a random agent lets meters run low, and sometimes plays the rule
     assert filtered_weeks(played, restore_below=0.0) == plain  # no meter is below 0: nothing is named
+
+
+def test_relabelling_in_batches_labels_each_week_as_alone(tmp_path: Path, monkeypatch) -> None:
+    """``rhythm relabel`` works through the weeks in batches under its progress bar: the same weeks as one call."""
+    import rhythm.cli.relabel as relabel
+
+    specs = [EpisodeSpec(c, "train", s) for c in ("in-dist", "ood") for s in range(3)]
+    played = _weeks(tmp_path / "weeks.jsonl", "heuristic", specs)
+    monkeypatch.setattr(relabel, "CHUNK", 4)
+    relabel.relabel_command(str(tmp_path / "weeks.jsonl"), str(tmp_path / "own.jsonl"), 0.25, quiet=True)
+    own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]
+    assert own == orjson.loads(orjson.dumps(filtered_weeks(played, 0.25)))

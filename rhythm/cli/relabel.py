@@ -6,6 +6,11 @@ from typing import Annotated
 
 import typer
 
+from rhythm.cli.options import QuietOpt
+
+CHUNK = 256
+"""Weeks relabelled per batch (the filter plays them in lockstep); each week's labels are its own alone."""
+
 
 def relabel_command(
     episodes: Annotated[str, typer.Argument(help="Episodes JSONL (rhythm eval's *.episodes.jsonl, teacher data); - for stdin.")],
@@ -14,6 +19,7 @@ def relabel_command(
         "--restore-below", min=0.0, max=1.0,
         help="Where a meter (not progress) is below this and the restore rule names the action that keeps it off "
              "the crash line, label that action instead of the one played (the few-weeks quickstart: 0.25).")] = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Every reply of recorded weeks rewritten as the bayes filter's belief for that week's own actions and
     observations and the action as played: the teacher's belief at the states the agent reached, for rhythm sft
@@ -27,7 +33,7 @@ def relabel_command(
       rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl --model runs/quickstart-few/grpo
     """
     from rhythm.agents.filtering import filtered_weeks
-    from rhythm.cli.ui import err_console
+    from rhythm.cli.ui import err_console, progress_bars
     from rhythm.errors import RhythmError
     from rhythm.records import check_output, read_episodes, write_episodes
 
@@ -35,6 +41,12 @@ def relabel_command(
     records = [record for _, record in read_episodes(episodes)]
     if not records:
         raise RhythmError(f"no weeks in {episodes}")
-    written = write_episodes(output, filtered_weeks(records, restore_below))
+    weeks: list[dict] = []
+    with progress_bars(disable=quiet) as bars:  # ~30 ms a week: 4,096 weeks are two minutes
+        advance = bars("relabel", len(records))
+        for i in range(0, len(records), CHUNK):
+            weeks += filtered_weeks(records[i : i + CHUNK], restore_below)
+            advance(len(records[i : i + CHUNK]))
+    written = write_episodes(output, weeks)
     if output != "-":
         err_console.print(f"relabelled {written} weeks -> {output}", markup=False, highlight=False)

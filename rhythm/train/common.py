@@ -132,6 +132,7 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
         import datasets
 
         datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()  # "Loading weights", "Writing model shards"
     return out, resume, resolve_precision(cfg, torch.cuda.is_available())
 
 
