@@ -6,8 +6,10 @@ import re
 
 from rhythm.errors import RhythmError
 
-_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_PART = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits only (\d also takes other scripts')
 MAX_SEED = 2**63 - 1
+MAX_SEEDS = 10_000_000
+"""Seeds one spec may name in all: far beyond any run, short of what a typo would make fill memory."""
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -25,8 +27,8 @@ def parse_seeds(spec: str) -> list[int]:
             raise RhythmError(f"seed range {part.strip()!r} runs backwards; write {hi}-{lo}")
         if hi > MAX_SEED:
             raise RhythmError(f"seed {hi} is too large (max {MAX_SEED})")
-        if hi - lo >= 10_000_000:
-            raise RhythmError(f"seed range {part.strip()!r} has more than 10,000,000 seeds")
+        if hi - lo >= MAX_SEEDS or len(seeds) + hi - lo >= MAX_SEEDS:
+            raise RhythmError(f"{spec!r} names more than {MAX_SEEDS:,} seeds")
         for s in range(lo, hi + 1):
             seeds[s] = None
     return list(seeds)

@@ -33,7 +33,9 @@ def test_parse_seeds(spec: str, seeds: list[int]) -> None:
         ("3-1", "seed range '3-1' runs backwards; write 1-3"),
         ("-1", "malformed seed range '-1'"),
         ("1,,2", "malformed seed range '1,,2' at ''"),
-        ("0-99999999", "seed range '0-99999999' has more than 10,000,000 seeds"),
+        ("0-99999999", "'0-99999999' names more than 10,000,000 seeds"),
+        ("0-9999998,10000000-19999998", "names more than 10,000,000 seeds"),  # the cap is on the whole spec
+        ("\u0663", "malformed seed range"),  # an Arabic-Indic three: seeds are ASCII digits
     ],
 )
 def test_malformed_seed_specs_are_refused(spec: str, message: str) -> None:
