@@ -128,6 +128,8 @@ def _open_input(path: str | Path) -> tuple[BinaryIO, str]:
     if str(path) == "-":
         return sys.stdin.buffer, "<stdin>"
     p = Path(path)
+    if p.is_dir():
+        raise RhythmError(f"{p} is a folder; give a JSONL file (a run folder holds e.g. eval_results_v2.episodes.jsonl)")
     if not p.is_file():
         raise RhythmError(f"file not found: {p}")
     return p.open("rb"), str(p)

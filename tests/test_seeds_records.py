@@ -86,6 +86,11 @@ def test_resume_keeps_a_whole_last_record_that_lacks_only_its_newline(tmp_path: 
     assert repair_torn_tail(one) == 0 and one.read_bytes().endswith(b"}\n")
 
 
+def test_a_folder_given_as_a_jsonl_file_is_named_as_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(RhythmError, match=re.escape(f"{tmp_path} is a folder; give a JSONL file")):
+        list(read_episodes(tmp_path))
+
+
 def test_bad_lines_are_reported_with_path_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(orjson.dumps(_rec(0)) + b"\n{not json\n")
