@@ -45,8 +45,9 @@ def relabel_command(
     with progress_bars(disable=quiet) as bars:  # ~30 ms a week: 4,096 weeks are two minutes
         advance = bars("relabel", len(records))
         for i in range(0, len(records), CHUNK):
-            weeks += filtered_weeks(records[i : i + CHUNK], restore_below)
-            advance(len(records[i : i + CHUNK]))
+            batch = records[i : i + CHUNK]
+            weeks += filtered_weeks(batch, restore_below)
+            advance(len(batch))
     written = write_episodes(output, weeks)
     if output != "-":
         err_console.print(f"relabelled {written} weeks -> {output}", markup=False, highlight=False)

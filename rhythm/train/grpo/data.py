@@ -42,10 +42,10 @@ import numpy as np
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play, replay
 from rhythm.agents.model import ModelAgent
-from rhythm.env.constants import ACTION_INDEX, CONDITIONS, EPISODE_STEPS, SPLITS
+from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
-from rhythm.records import read_episodes
+from rhythm.records import check_episode, read_episodes
 from rhythm.seeds import parse_seeds
 from rhythm.train.common import data_paths
 from rhythm.train.grpo.config import GRPORunConfig, has_rollouts, turns_per_week
@@ -94,27 +94,9 @@ class PromptReport:
         )
 
 
-def _check_identity(record: dict[str, Any], where: str) -> tuple[str, str, int]:
-    condition, split, seed = record["condition"], record["split"], record["seed"]
-    if condition not in CONDITIONS:
-        raise RhythmError(f"{where}: unknown condition {condition!r}; expected one of {', '.join(CONDITIONS)}")
-    if split not in SPLITS:
-        raise RhythmError(f"{where}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    return str(condition), str(split), int(seed)
-
-
-def episode_actions(record: dict[str, Any], where: str) -> list[str]:
-    """The actions of a record in order, checked: steps numbered 0, 1, 2... and valid action names."""
-    actions = []
-    for i, step in enumerate(record["steps"]):
-        if step.get("t") != i:
-            raise RhythmError(f"{where}: step {i} has t={step.get('t')!r}; steps must run 0, 1, 2... to replay a state")
-        if step["action"] not in ACTION_INDEX:
-            raise RhythmError(f"{where}: step {i} has unknown action {step['action']!r}")
-        actions.append(step["action"])
-    if len(actions) > EPISODE_STEPS:
-        raise RhythmError(f"{where}: {len(actions)} steps; a week has {EPISODE_STEPS}")
-    return actions
+def _identity(record: dict[str, Any]) -> tuple[str, str, int]:
+    """(condition, split, seed) of a record that :func:`rhythm.records.check_episode` has passed."""
+    return str(record["condition"]), str(record["split"]), int(record["seed"])
 
 
 def replay_meters(condition: str, split: str, seed: int, actions: Sequence[str]) -> np.ndarray:
@@ -124,7 +106,7 @@ def replay_meters(condition: str, split: str, seed: int, actions: Sequence[str])
 
 def check_replay(record: dict[str, Any], where: str, actions: Sequence[str]) -> None:
     """Raise unless replaying ``actions`` reproduces every recorded ``meters`` of the record."""
-    condition, split, seed = _check_identity(record, where)
+    condition, split, seed = _identity(record)
     replayed = replay_meters(condition, split, seed, actions)
     for i, step in enumerate(record["steps"]):
         recorded = step.get("meters")
@@ -159,9 +141,8 @@ def _offset(options: PromptOptions, episode: str, source: str) -> int:
 
 
 def record_rows(record: dict[str, Any], where: str, options: PromptOptions, report: PromptReport | None = None) -> list[dict[str, Any]]:
-    """The prompts of one episode record (checked and replayed first)."""
-    _check_identity(record, where)
-    actions = episode_actions(record, where)
+    """The prompts of one episode record (checked by :func:`rhythm.records.check_episode`; replayed first)."""
+    actions = [step["action"] for step in record["steps"]]
     check_replay(record, where, actions)
     source = str(record.get("agent") or "unknown")
     episode = f"{record['condition']}/{record['split']}/{record['seed']}"
@@ -223,8 +204,8 @@ def build_prompts(
     for path in paths:
         for where, record in read_episodes(path):
             rows.extend(record_rows(record, where, options, report))
-    for i, record in enumerate(extra_records):
-        rows.extend(record_rows(record, f"<rollout {i}>", options, report))
+    for i, record in enumerate(extra_records):  # the student's own weeks, read from no file: checked as files are
+        rows.extend(record_rows(check_episode(record, f"<rollout {i}>"), f"<rollout {i}>", options, report))
     return _finish(subsample(rows, options.max_prompts, options.seed), report)
 
 
@@ -277,16 +258,16 @@ def episode_keys(paths: str | Sequence[str], extra_records: Iterable[dict[str, A
     report = PromptReport(files=[str(p) for p in paths])
     seen: dict[tuple[str, str, int], None] = {}
 
-    def add(record: dict[str, Any], where: str) -> None:
-        seen[_check_identity(record, where)] = None
+    def add(record: dict[str, Any]) -> None:
+        seen[_identity(record)] = None
         report.episodes_read += 1
         report.steps_read += len(record["steps"])
 
     for path in paths:
-        for where, record in read_episodes(path):
-            add(record, where)
+        for _, record in read_episodes(path):
+            add(record)
     for i, record in enumerate(extra_records):
-        add(record, f"<rollout {i}>")
+        add(check_episode(record, f"<rollout {i}>"))
     return list(seen), report
 
 
