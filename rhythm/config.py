@@ -23,7 +23,7 @@ import difflib
 import hashlib
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, Union
@@ -139,10 +139,26 @@ def find_config(path: str | Path) -> Path:
     raise RhythmError(f"config file not found: {path} (shipped configs: {', '.join(shipped_configs())})")
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (where YAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: merged keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = find_config(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader) or {}  # noqa: S506 (a safe loader)
     except UnicodeDecodeError as err:
         raise RhythmError(f"{path}: not UTF-8 text (byte {err.start}); a config is a YAML file") from None
     except yaml.YAMLError as err:

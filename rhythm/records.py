@@ -224,6 +224,9 @@ def check_protocol(record: dict[str, Any], where: str) -> None:
     silently train or prompt on another format, so it is refused with what to do instead.
     """
     found = record_protocol(record)
+    if found == -1:
+        raise RhythmError(f"{where}: protocol must be a whole number (this rhythm speaks {PROTOCOL_VERSION}), "
+                          f"got {record.get('protocol')!r}")
     if found != PROTOCOL_VERSION:
         raise RhythmError(
             f"{where}: record is text protocol v{found}, this rhythm speaks v{PROTOCOL_VERSION} "

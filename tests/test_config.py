@@ -9,7 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rhythm.config import Positive, Share, Unit, check_bounds, config_hash, load_config, parse_overrides, write_config
+from rhythm.config import (
+    Positive,
+    Share,
+    Unit,
+    check_bounds,
+    config_hash,
+    load_config,
+    parse_overrides,
+    read_yaml,
+    write_config,
+)
 from rhythm.errors import RhythmError
 
 
@@ -82,6 +92,17 @@ def test_wrong_types_and_bad_files_fail_loudly(tmp_path: Path) -> None:
         load_config(Outer, bad)
     with pytest.raises(RhythmError, match="key=value"):
         parse_overrides(["novalue"])
+
+
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path: Path) -> None:
+    """YAML itself keeps the last of two equal keys without a word; a config refuses it, at any depth."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: x\ninner:\n  horizon: 2\n  horizon: 3\n")
+    with pytest.raises(RhythmError, match=r"^.*twice.yaml:4: invalid YAML \(key 'horizon' given twice\)$"):
+        load_config(Outer, twice)
+    merged = tmp_path / "merged.yaml"  # a YAML merge key may be overridden: that is not a repeat
+    merged.write_text("base: &b {horizon: 2}\ninner:\n  <<: *b\n  horizon: 3\n")
+    assert read_yaml(merged)["inner"] == {"horizon": 3}
 
 
 def test_hash_is_stable_and_config_is_written(tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def test_record_conversation_defaults_to_the_last_step_and_refuses_steps_outside
             record_conversation(record, t, where="f.jsonl:3")
 
 
-@pytest.mark.parametrize("version", [None, 1, 3, "2", True])
+@pytest.mark.parametrize("version", [None, 1, 3])
 def test_record_conversation_refuses_another_protocol_with_one_line(version) -> None:
     record = _record(3)
     if version is None:  # a v1 file: schema 1, no protocol key
@@ -153,6 +153,15 @@ def test_record_conversation_refuses_another_protocol_with_one_line(version) -> 
     msg = str(err.value)
     assert msg.startswith("old.jsonl:7: record is text protocol v") and "\n" not in msg
     assert "rhythm generate" in msg
+
+
+@pytest.mark.parametrize("version", ["2", True, 2.0, None])
+def test_a_protocol_that_is_not_a_whole_number_is_named_as_such(version) -> None:
+    record = _record(3)
+    record["protocol"] = version
+    with pytest.raises(RhythmError) as err:
+        record_conversation(record, 1, where="odd.jsonl:4")
+    assert str(err.value) == f"odd.jsonl:4: protocol must be a whole number (this rhythm speaks 2), got {version!r}"
 
 
 def test_the_conversation_an_agent_sees_is_the_recorded_one() -> None:

@@ -27,6 +27,8 @@ AgentFactory = Callable[[str, Any], Agent]
 _REGISTRY: dict[str, AgentFactory] = {}
 ENTRY_POINT_GROUP = "rhythm.agents"
 AGENT_METHODS = ("name", "reset", "act")
+NEEDS_ARGUMENT = ("model", "openai", "azure")
+TAKES_NO_ARGUMENT = ("random", "heuristic", "bayes", "oracle", "planner")
 
 
 def register(kind: str) -> Callable[[AgentFactory], AgentFactory]:
@@ -104,8 +106,10 @@ def check_agent_spec(spec: str) -> tuple[str, str]:
     kind, arg = split_agent_spec(spec)
     if kind not in _REGISTRY and kind not in _plugins():
         raise RhythmError(f"unknown agent {spec!r}; expected one of {', '.join(agent_kinds())} (model:PATH, openai:MODEL)")
-    if kind in ("model", "openai", "azure") and not arg:
+    if kind in NEEDS_ARGUMENT and not arg:
         raise RhythmError(f"agent {kind!r} needs an argument, e.g. {kind}:NAME")
+    if kind in TAKES_NO_ARGUMENT and arg:
+        raise RhythmError(f"agent {kind!r} takes no argument, got {spec!r}; its settings are config keys (--set)")
     return kind, arg
 
 

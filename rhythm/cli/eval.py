@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, SeedsOpt, SetOpt, WaitLockOpt, overrides
+from rhythm.errors import RhythmError
 
 
 def eval_command(
@@ -40,6 +41,8 @@ def eval_command(
     from rhythm.config import load_config
     from rhythm.eval.evaluate import EvalConfig, run_eval, validate
 
+    if episodes is not None and seeds is not None:
+        raise RhythmError("give --episodes (seeds 0..N-1) or --seeds, not both")
     given = {"agent": agent, "condition": condition, "episodes": episodes, "seeds": seeds, "output": output, "grader": grader,
              "split": split, "llm.base_url": base_url, "llm.concurrency": concurrency}
     if batch_size is not None:

@@ -27,12 +27,13 @@ def upload_command(
 
     from rhythm.cli.ui import err_console
     from rhythm.errors import RhythmError
-    from rhythm.train.hub import upload
+    from rhythm.train.hub import upload, upload_pairs
     from rhythm.train.repos import DATA_REPO, RepoChoice, repos_line, user_repo
 
     paths = [*(files or []), *(extra or [])]
     if not paths:
         raise RhythmError("nothing to upload; pass --files FILE... (e.g. --files data/teacher_30ep.jsonl)")
+    upload_pairs(paths)  # a missing file is named before the Hub is asked for a default repo
     if not repo:
         if repo_type != "dataset":
             raise RhythmError("--repo user/name is required for a model upload")

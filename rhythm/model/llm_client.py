@@ -31,9 +31,12 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from annotated_types import Ge, Gt
+
+from rhythm.config import Positive, check_bounds
 from rhythm.errors import RhythmError
 from rhythm.protocol import FORMAT_REMINDER, ParsedReply, parse_reply
 
@@ -79,9 +82,9 @@ class LLMConfig:
     """azure: the api-version query parameter; use one your resource supports."""
     auth: str = "auto"
     """azure: auto (AZURE_OPENAI_API_KEY if set, else Entra ID) | key | entra."""
-    max_retries: int = 5
+    max_retries: Annotated[int, Ge(0)] = 5
     """Client retries per request: connection errors, timeouts, 408/409/429 (Retry-After honoured), 5xx."""
-    timeout_s: float = 600.0
+    timeout_s: Annotated[float, Gt(0)] = 600.0
     """Seconds one attempt may take before it is abandoned and retried (reasoning replies can take
     minutes; a server may still bill an abandoned attempt)."""
     temperature: float | None = None
@@ -97,14 +100,14 @@ class LLMConfig:
     prices: dict[str, Price] = field(default_factory=dict)
     """USD per 1M tokens, by model name (azure: by deployment name): {name: {input: X, cached_input: Z, output: Y}}
     (cached_input optional: the price of prompt tokens served from the server's cache)."""
-    max_cost_usd: float | None = None
+    max_cost_usd: Annotated[float, Gt(0)] | None = None
     """Stop sending requests once this much has been spent (needs a price for the model)."""
-    concurrency: int = 8
+    concurrency: Positive = 8
     """rhythm eval: requests in flight per step. (rhythm generate uses its own --concurrency.)"""
-    history_turns: int | None = None
+    history_turns: Positive | None = None
     """Steps of the week sent with each request (protocol v2 sends the whole conversation); K keeps
     only the last K observations and replies, to cut cost. null: the whole week."""
-    max_consecutive_failures: int = 10
+    max_consecutive_failures: Positive = 10
     """rhythm generate: stop after this many episodes in a row failed (the endpoint looks down)."""
 
 
@@ -132,19 +135,13 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
     name = arg or given
     if not name:
         raise RhythmError(f"--teacher {provider} needs {flag} NAME (or {provider}:NAME, or llm.{flag[2:]} in the config)")
-    if llm.max_retries < 0 or llm.timeout_s <= 0 or llm.concurrency < 1 or llm.max_consecutive_failures < 1:
-        raise RhythmError("llm.max_retries must be >= 0, llm.timeout_s > 0, llm.concurrency and llm.max_consecutive_failures >= 1")
-    if llm.history_turns is not None and llm.history_turns < 1:
-        raise RhythmError(f"llm.history_turns must be >= 1 (or null for the whole week), got {llm.history_turns}")
+    check_bounds(llm, "llm.")  # an LLMConfig built in code, not loaded
     if llm.reasoning_effort is not None and llm.reasoning_effort not in REASONING_EFFORTS:
         raise RhythmError(f"unknown reasoning_effort {llm.reasoning_effort!r}; expected one of {', '.join(REASONING_EFFORTS)}")
-    if llm.max_cost_usd is not None:
-        if llm.max_cost_usd <= 0:
-            raise RhythmError(f"--max-cost-usd must be > 0, got {llm.max_cost_usd}")
-        if name not in llm.prices:
-            raise RhythmError(
-                f"--max-cost-usd needs a price for {name!r}: add llm.prices.{name} (input and output USD per 1M tokens) to the config"
-            )
+    if llm.max_cost_usd is not None and name not in llm.prices:
+        raise RhythmError(
+            f"--max-cost-usd needs a price for {name!r}: add llm.prices.{name} (input and output USD per 1M tokens) to the config"
+        )
     if provider == "openai":
         url = llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         if not (llm.base_url or os.environ.get("OPENAI_BASE_URL")) and not os.environ.get(KEY_ENV["openai"]):

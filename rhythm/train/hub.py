@@ -70,9 +70,9 @@ def _network_errors() -> tuple[type[Exception], ...]:
 
 def hub_errors() -> tuple[type[Exception], ...]:
     """What the Hub client raises when the Hub refuses a request or cannot be reached."""
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-    return (HfHubHTTPError, *_network_errors())
+    return (HfHubHTTPError, OfflineModeIsEnabled, *_network_errors())
 
 
 def hub_error_line(err: Exception) -> str:
@@ -299,8 +299,8 @@ Evaluate it with `rhythm eval --agent model:{repo_id}`.
 # ------------------------------------------------------------------------------------------- upload
 
 
-def _operations(files: Sequence[str | Path]) -> tuple[list[tuple[Path, str]], list[Path]]:
-    """(local path, path in repo) pairs, and the JSONL files among them."""
+def upload_pairs(files: Sequence[str | Path]) -> tuple[list[tuple[Path, str]], list[Path]]:
+    """(local path, path in repo) pairs, and the JSONL files among them; a missing file is one line."""
     pairs: list[tuple[Path, str]] = []
     jsonl: list[Path] = []
     for f in files:
@@ -345,7 +345,7 @@ def upload(
         raise RhythmError(f"--repo-type must be dataset or model, got {repo_type!r}")
     if not files:
         raise RhythmError("nothing to upload; pass --files FILE...")
-    pairs, jsonl = _operations(files)
+    pairs, jsonl = upload_pairs(files)
     readme: str | None = None
     if card and repo_type == "dataset" and jsonl:
         readme = dataset_card(repo_id, {p.name: episode_stats([p]) for p in jsonl})

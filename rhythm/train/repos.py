@@ -40,8 +40,12 @@ class RepoChoice:
         return f"{self.role} {self.repo_id}" + (" (default from whoami)" if self.derived else "")
 
 
-def hub_user() -> str | None:
-    """The user name of the Hub token (``HF_TOKEN`` or the saved login) from whoami; None without a token."""
+STAGE_REPOS = "name the repos with --hub-model-id user/name and --data-repo user/name"
+
+
+def hub_user(instead: str = STAGE_REPOS) -> str | None:
+    """The user name of the Hub token (``HF_TOKEN`` or the saved login) from whoami; None without a token.
+    ``instead``: what the error line tells the user to do instead of asking whoami."""
     from huggingface_hub import HfApi, get_token
 
     token = get_token()
@@ -51,16 +55,15 @@ def hub_user() -> str | None:
         name = HfApi(token=token).whoami().get("name")
     except Exception as err:  # HTTP, connection, or a malformed answer: one line for the user
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise RhythmError(f"asking the Hub who you are (whoami) failed: {msg}; "
-                          "or name the repos with --hub-model-id user/name and --data-repo user/name") from None
+        raise RhythmError(f"asking the Hub who you are (whoami) failed: {msg}; or {instead}") from None
     if not name:
-        raise RhythmError("the Hub's whoami gave no user name; name the repos with --hub-model-id and --data-repo")
+        raise RhythmError(f"the Hub's whoami gave no user name; {instead}")
     return str(name)
 
 
 def user_repo(name: str, option: str) -> str:
     """``USER/name`` for the token's user (``rhythm upload`` without ``--repo``), or one clear line."""
-    user = hub_user()
+    user = hub_user(f"pass {option} user/name")
     if user is None:
         raise RhythmError(f"no repo given: pass {option} user/name, or set HF_TOKEN (or run `hf auth login`) "
                           f"so it defaults to YOU/{name}")

@@ -530,7 +530,7 @@ def test_wrong_key_is_one_clear_line_and_nonzero_exit(tmp_path: Path, monkeypatc
         (["--teacher", "azure", "--deployment", "d"], {}, "needs --endpoint"),
         (["--teacher", "azure:d", "--endpoint", "https://x.openai.azure.com", "--set", "llm.auth=key"], {}, "AZURE_OPENAI_API_KEY is not set"),
         (["--teacher", "openai:m", "--set", "llm.reasoning_effort=huge"], {"OPENAI_API_KEY": KEY}, "unknown reasoning_effort"),
-        (["--teacher", "openai:m", "--set", "llm.history_turns=0"], {"OPENAI_API_KEY": KEY}, "llm.history_turns must be >= 1"),
+        (["--teacher", "openai:m", "--set", "llm.history_turns=0"], {"OPENAI_API_KEY": KEY}, "llm.history_turns=0: input should be greater than or equal to 1"),
     ],
 )
 def test_missing_settings_fail_before_anything_is_sent(tmp_path, monkeypatch, run_cli, args, env, needle) -> None:

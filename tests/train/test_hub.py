@@ -156,3 +156,18 @@ def test_upload_when_the_hub_does_not_answer_is_one_line(hub, tmp_path, teacher)
     assert lines[0].startswith(f"rhythm: error: upload to tester/x failed: no answer from the Hub at {endpoint} (")
     assert lines[0].endswith("; check the network (and HF_ENDPOINT, if set)")
     assert path.read_bytes() == before and hub.token not in err
+
+
+def test_a_missing_file_is_named_before_the_hub_is_asked_for_a_default_repo(hub, tmp_path):
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", "missing.jsonl", token=False)
+    assert code == 2 and out == "" and err.strip() == "rhythm: error: file not found: missing.jsonl"
+    assert not hub.requests_to("/api/whoami-v2")
+
+
+@pytest.mark.parametrize("repo", [["--repo", "tester/x"], []], ids=["named", "from-whoami"])
+def test_upload_in_offline_mode_is_one_line(hub, tmp_path, teacher, repo):
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), *repo, extra_env={"HF_HUB_OFFLINE": "1"})
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert "offline mode is enabled" in lines[0] and ("upload to tester/x failed" if repo else "or pass --repo user/name") in lines[0]
+    assert not hub.repos
