@@ -140,11 +140,16 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _stamp(config: Any, inputs: list[str | Path]) -> dict[str, Any]:
-    """What a stage's outputs are made from: code and env versions, its resolved config, the files it reads."""
-    config_hash = hashlib.sha256(orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+def _stamp(config: Any, inputs: list[str | Path], root: Path) -> dict[str, Any]:
+    """What a stage's outputs are made from: code and env versions, its resolved config, the files it reads. Paths
+    under ``root`` (the quickstart's folder) are recorded relative to it, so a moved folder is reused."""
+    def name(path: str | Path) -> str:
+        return Path(path).relative_to(root).as_posix() if Path(path).is_relative_to(root) else str(path)
+
+    config_text = orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS).decode().replace(str(root), "<out>")
     return {"package_version": package_version(), "env_version": ENV_VERSION, "tiny_student": tiny_student_name(),
-            "config": config_hash, "inputs": {str(i): file_digest(i) for i in inputs}}
+            "config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
+            "inputs": {name(i): file_digest(i) for i in inputs}}
 
 
 def _why_stale(old: dict[str, Any], new: dict[str, Any]) -> str | None:
@@ -177,9 +182,11 @@ def run_stage(
     outputs: dict[str, Path],
     fn: Callable[[], dict[str, Any] | None],
     say: Callable[[str], None],
+    root: Path,
 ) -> StageResult:
-    """Run ``fn`` unless the stamp says the same code, env, config and inputs already produced ``outputs``."""
-    new = _stamp(config, inputs)
+    """Run ``fn`` unless the stamp says the same code, env, config and inputs already produced ``outputs``;
+    ``root``: the quickstart's folder, which paths in the stamp are relative to."""
+    new = _stamp(config, inputs, root)
     stamp = stamp_dir / STAMP
     why = "running"
     if stamp.exists():
@@ -330,7 +337,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         s = generate(gen_cfg)
         return {"episodes": s.episodes, "skipped": s.skipped, "mean_final_score": s.mean_final_score}
 
-    stages.append(run_stage("generate", out / "data", replace(gen_cfg, resume=False), [], {"data": data}, do_generate, say))
+    stages.append(run_stage("generate", out / "data", replace(gen_cfg, resume=False), [], {"data": data}, do_generate, say, out))
 
     # 2. reeval
     reeval_out = out / "data" / "reeval.json"
@@ -344,7 +351,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         g = summary["groups"][0]
         return {"teacher_final_score": g["final_score"]["mean"], "heuristic_final_score": g["baselines"]["heuristic"]["final_score"]["mean"]}
 
-    stages.append(run_stage("reeval", out / "reeval", re_cfg, [data], {"summary": reeval_out}, do_reeval, say))
+    stages.append(run_stage("reeval", out / "reeval", re_cfg, [data], {"summary": reeval_out}, do_reeval, say, out))
 
     # 3. SFT: stage 1 on the weeks' openings (a curriculum), stage 2 on whole weeks
     def sft_stage(name: str, run_dir: Path, run_cfg: SFTRunConfig, inputs: list[Path]) -> None:
@@ -356,7 +363,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
             s = run_sft(run_cfg, quiet=quiet, log=say)
             return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
 
-        stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say))
+        stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say, out))
 
     sft_dir = out / "sft"
     sft_over: dict[str, Any] = {**cfg.sft, "data": str(data), "output_dir": str(sft_dir)}
@@ -389,7 +396,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         s = run_grpo(grpo_cfg, quiet=quiet, log=say)
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
-    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo, say))
+    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo, say, out))
     model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
 
     # 4b. DAgger for the belief: the refined student's own weeks, their beliefs the filter's, learned by SFT
@@ -406,7 +413,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
             return {"weeks": write_episodes(own, filtered_weeks(played, cfg.dagger.restore_below))}
 
         made_by = {"play": play_cfg, "restore_below": cfg.dagger.restore_below}
-        stages.append(run_stage("dagger-play", play_dir, made_by, [grpo_dir], {"weeks": own}, do_play, say))
+        stages.append(run_stage("dagger-play", play_dir, made_by, [grpo_dir], {"weeks": own}, do_play, say, out))
         dagger_cfg = load_config(SFTRunConfig, cfg.dagger.config, {
             **cfg.dagger.sft, "data": ",".join([str(data), *[str(own)] * cfg.dagger.copies]),
             "model_name_or_path": str(grpo_dir), "output_dir": str(dagger_dir)})
@@ -437,7 +444,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
                 return {}
 
             inputs = [trained] if trained is not None else []
-            stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, {"results": cond_path}, do_eval, say))
+            stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, {"results": cond_path}, do_eval, say, out))
             per_condition[cond] = EvalResults.load(cond_path)
         first_results = next(iter(per_condition.values())).to_dict()
         merged = EvalResults.model_validate({**first_results, "condition": "all", "conditions": {
@@ -465,7 +472,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         return {}
 
     stages.append(run_stage("plot", plots_dir, plot_cfg, [*result_files, *(d / "training_log.jsonl" for d in trained_dirs)],
-                            {"final_scores": plots_dir / "final_scores.png"}, do_plot, say))
+                            {"final_scores": plots_dir / "final_scores.png"}, do_plot, say, out))
 
     # 7. summary
     table = summary_table(students)

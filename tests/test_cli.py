@@ -42,6 +42,12 @@ import pytest
         (["generate", "--set", "teacher_options.planner.horizon=0", "--output", "-"], "planner.horizon=0"),
         (["generate", "--teacher", "model:runs/sft", "--output", "-"], "is a student, not a teacher"),
         (["reeval", "--jsonl", "-", "--set", "tolerance=-1"], "tolerance=-1"),
+        (["eval", "--agent", "bayes:x"], "agent 'bayes' takes no argument, got 'bayes:x'"),
+        (["generate", "--teacher", "heuristic:fast", "--output", "-"], "agent 'heuristic' takes no argument"),
+        (["eval", "--seeds", "0-1", "--episodes", "3"], "give --episodes (seeds 0..N-1) or --seeds, not both"),
+        (["generate", "--max-cost-usd", "-5", "--output", "-"], "llm.max_cost_usd=-5.0: input should be greater than 0"),
+        (["sft", "--data", "x.jsonl", "--resume", "--set", "overwrite_output_dir=true"], "contradict each other"),
+        (["grpo", "--resume", "--set", "overwrite_output_dir=true"], "contradict each other"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +73,8 @@ def test_eval_with_bad_settings_keeps_the_last_eval(run_cli, tmp_path: Path, mon
     results, episodes = tmp_path / "r.json", tmp_path / "r.episodes.jsonl"
     results.write_bytes(b"{}\n")
     episodes.write_bytes(b'{"seed": 0}\n')
-    code, out, err = run_cli("eval", *args, "--episodes", "1", "--output", str(results), "--quiet")
+    size = [] if "--seeds" in args else ["--episodes", "1"]
+    code, out, err = run_cli("eval", *args, *size, "--output", str(results), "--quiet")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
     assert episodes.read_bytes() == b'{"seed": 0}\n' and results.read_bytes() == b"{}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.episodes.jsonl", "r.json"]

@@ -83,6 +83,27 @@ def test_reeval_flags_a_tampered_record(tmp_path: Path, run_cli) -> None:
     assert f"{out}:1" not in err
 
 
+def test_reeval_replays_in_chunks_alike_and_counts_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay runs in chunks so that its progress bar moves: the same summary as in one batch, with every
+    record (the replay) and every step of every baseline counted once."""
+    from rhythm.eval import reeval as module
+
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-4", output=str(out)))
+    cfg = module.ReevalConfig(jsonl=str(out))
+    whole = module.reeval(cfg)
+    monkeypatch.setattr(module, "REPLAY_CHUNK", 2)
+    bars: dict[str, list[int]] = {}
+
+    def factory(label: str, total: int):
+        bars[label] = [total, 0]
+        return lambda n: bars[label].__setitem__(1, bars[label][1] + n)
+
+    chunked = module.reeval(cfg, progress_factory=factory)
+    assert {k: v for k, v in chunked.items() if k != "versions"} == {k: v for k, v in whole.items() if k != "versions"}
+    assert bars == {"replay": [5, 5], "random": [5 * 28, 5 * 28], "heuristic": [5 * 28, 5 * 28]}
+
+
 def test_reeval_still_reads_a_v1_file(tmp_path: Path, run_cli) -> None:
     """Records of text protocol v1 (schema 1, no protocol key) replay and regrade as they did: reeval
     looks at actions and meters, not at the text, so old data stays comparable."""

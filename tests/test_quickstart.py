@@ -186,7 +186,7 @@ def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> N
         return {"n": len(calls)}
 
     def run(config: dict) -> bool:
-        return run_stage("s", tmp_path / "stage", config, [src], {"out": target}, fn, lambda m: None).reused
+        return run_stage("s", tmp_path / "stage", config, [src], {"out": target}, fn, lambda m: None, tmp_path).reused
 
     assert run({"k": 1}) is False
     assert run({"k": 1}) is True
@@ -208,7 +208,7 @@ def _stage(tmp_path: Path, said: list[str]) -> bool:
         target.parent.mkdir(exist_ok=True)
         target.write_text("made")
 
-    return run_stage("generate", tmp_path / "stage", {"k": 1}, [], {"out": target}, fn, said.append).reused
+    return run_stage("generate", tmp_path / "stage", {"k": 1}, [], {"out": target}, fn, said.append, tmp_path).reused
 
 
 @pytest.mark.parametrize("name, value, why", [
@@ -250,13 +250,36 @@ def test_a_stale_stage_names_the_changed_input(tmp_path: Path) -> None:
     target = tmp_path / "stage" / "out.txt"
 
     def run() -> bool:
-        return run_stage("sft", tmp_path / "stage", {}, [src], {"out": target}, lambda: target.write_text("x") and None, said.append).reused
+        return run_stage("sft", tmp_path / "stage", {}, [src], {"out": target}, lambda: target.write_text("x") and None, said.append,
+                         tmp_path).reused
 
     target.parent.mkdir()
     assert run() is False
     src.write_text("b")
     assert run() is False
-    assert said[-2] == f"[sft] input changed ({src}): rerunning"
+    assert said[-2] == "[sft] input changed (in.txt): rerunning"
+
+
+def test_a_moved_quickstart_folder_reuses_its_stages(tmp_path: Path) -> None:
+    """The stamp records paths under the quickstart's folder relative to it: moved, nothing is stale."""
+    def run(root: Path) -> bool:
+        src, target = root / "data" / "in.txt", root / "stage" / "out.txt"
+        config = {"data": str(src), "output_dir": str(root / "stage")}
+        return run_stage("s", root / "stage", config, [src], {"out": target}, lambda: target.write_text("x") and None,
+                         lambda m: None, root).reused
+
+    old = tmp_path / "a" / "qs"
+    (old / "data").mkdir(parents=True)
+    (old / "stage").mkdir()
+    (old / "data" / "in.txt").write_text("a")
+    assert run(old) is False
+    assert run(old) is True
+    new = tmp_path / "b" / "moved"
+    new.parent.mkdir()
+    old.rename(new)
+    assert run(new) is True
+    (new / "data" / "in.txt").write_text("b")
+    assert run(new) is False  # still a real stamp: a changed input reruns
 
 
 def test_a_second_quickstart_on_one_run_directory_stops_at_once(run_cli, tmp_path: Path) -> None:

@@ -6,13 +6,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from rhythm.cli.options import ConfigOpt, SetOpt, overrides
+from rhythm.cli.options import ConfigOpt, QuietOpt, SetOpt, overrides
 
 
 def reeval_command(
     jsonl: Annotated[Optional[str], typer.Option("--jsonl", help="Episodes JSONL, or - for stdin.")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the summary JSON here.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any record does not replay.")] = False,
+    quiet: QuietOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -28,7 +29,7 @@ def reeval_command(
     import orjson
 
     from rhythm.cli.report import print_reeval_table
-    from rhythm.cli.ui import err_console
+    from rhythm.cli.ui import err_console, progress_bars
     from rhythm.config import load_config
     from rhythm.eval.reeval import ReevalConfig, reeval
     from rhythm.records import check_output
@@ -36,7 +37,8 @@ def reeval_command(
     cfg = load_config(ReevalConfig, config, overrides({"jsonl": jsonl, "output": output, "strict": strict or None}, set_))
     if cfg.output is not None:
         check_output(cfg.output, inputs=[cfg.jsonl])
-    summary = reeval(cfg)
+    with progress_bars(disable=quiet) as bars:
+        summary = reeval(cfg, progress_factory=bars)
     print_reeval_table(summary)
     if cfg.output:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 @contextmanager
 def progress_bars(disable: bool = False) -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    """Yields ``factory(label, total) -> advance(n)``; each call of the factory adds a bar."""
+    """Yields ``factory(label, total) -> advance(n)``; each call of the factory adds a bar. The display starts with
+    the first bar, so a command that stops on bad input before any work prints its one line and nothing else."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -27,8 +28,13 @@ def progress_bars(disable: bool = False) -> Iterator[Callable[[str, int], Callab
     )
 
     def factory(label: str, total: int) -> Callable[[int], None]:
+        if not progress.live.is_started:
+            progress.start()
         task = progress.add_task(label, total=total)
         return lambda n: progress.advance(task, n)
 
-    with progress:
+    try:
         yield factory
+    finally:
+        if progress.live.is_started:
+            progress.stop()

@@ -9,13 +9,14 @@ with the current grader (v3 and v2) and set beside ``random`` and ``heuristic`` 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import play
+from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.episodes import replay as replay_actions
 from rhythm.agents.registry import make_agent
 from rhythm.config import NonNegative
@@ -64,8 +65,13 @@ def _differs(a: Any, b: Any, tol: float) -> bool:
     return abs(float(a) - float(b)) > tol
 
 
-def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> list[Replayed]:
-    """Replay every record; flag any whose stored outcome does not reproduce."""
+REPLAY_CHUNK = 512  # records replayed together: the progress bar moves, the results are the same
+
+
+def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6,
+           progress: ProgressFn | None = None) -> list[Replayed]:
+    """Replay every record; flag any whose stored outcome does not reproduce. ``progress(n)``: n records done."""
+    progress = progress or (lambda n: None)
     groups: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
     out: list[Replayed] = []
     for where, rec in items:
@@ -80,10 +86,12 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> 
             raise RhythmError(f"{where}: {err}") from None
         if len(rec["steps"]) != EPISODE_STEPS:
             out.append(Replayed(where, rec["condition"], rec["split"], rec["seed"], rec["agent"], flags, {}))
+            progress(1)
             continue
         rec["_flags"] = flags
         groups[(rec["condition"], rec["split"])].append((where, rec))
-    for (condition, split), group in groups.items():
+    chunks = [(key, group[i : i + REPLAY_CHUNK]) for key, group in groups.items() for i in range(0, len(group), REPLAY_CHUNK)]
+    for (condition, split), group in chunks:
         actions = np.zeros((len(group), EPISODE_STEPS), dtype=np.int64)
         action_flags: list[list[list[str]]] = [[[] for _ in range(EPISODE_STEPS)] for _ in group]
         for i, (_where, rec) in enumerate(group):
@@ -116,15 +124,18 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6) -> 
                     rec["_flags"].append(f"score.{key} {stored[key]} does not replay ({score[key]})")
             flags = list(dict.fromkeys(rec.pop("_flags")))  # dedupe, keep order
             out.append(Replayed(where, condition, split, int(rec["seed"]), str(rec["agent"]), flags, score))
+        progress(len(group))
     return out
 
 
-def reeval(cfg: ReevalConfig) -> dict[str, Any]:
-    """Replay, regrade and compare with baselines; returns the summary."""
+def reeval(cfg: ReevalConfig, progress_factory: Callable[[str, int], ProgressFn] | None = None) -> dict[str, Any]:
+    """Replay, regrade and compare with baselines; returns the summary. ``progress_factory(label, total)`` gives a
+    progress callback for the replay (records) and for each baseline (steps, as ``rhythm eval`` counts them)."""
+    bar = progress_factory or (lambda label, total: None)
     items = list(read_episodes(cfg.jsonl))
     if not items:
         raise RhythmError(f"{cfg.jsonl}: no episodes")
-    replayed = replay(items, cfg.tolerance)
+    replayed = replay(items, cfg.tolerance, bar("replay", len(items)))
     groups: dict[tuple[str, str, str], list[Replayed]] = defaultdict(list)
     for r in replayed:
         groups[(r.condition, r.split, r.agent)].append(r)
@@ -136,6 +147,8 @@ def reeval(cfg: ReevalConfig) -> dict[str, Any]:
         "flagged": [{"where": r.where, "seed": r.seed, "reasons": r.flags} for r in replayed if r.flags],
         "groups": [],
     }
+    scored_steps = sum(EPISODE_STEPS for r in replayed if r.score)
+    baseline_bars = {name: bar(name, scored_steps) for name in cfg.baselines}
     for (condition, split, agent), rs in sorted(groups.items()):
         scored = [r for r in rs if r.score]
         seeds = [r.seed for r in scored]
@@ -154,7 +167,7 @@ def reeval(cfg: ReevalConfig) -> dict[str, Any]:
         }
         specs = [EpisodeSpec(condition, split, s) for s in seeds]
         for name in cfg.baselines:
-            recs = play(make_agent(name), specs) if specs else []
+            recs = play(make_agent(name), specs, progress=baseline_bars[name]) if specs else []
             row["baselines"][name] = {
                 "final_score": mean_ci([r.score["final_score"] for r in recs]),
                 "final_score_v2": mean_ci([r.score["final_score_v2"] for r in recs]),

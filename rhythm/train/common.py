@@ -5,11 +5,12 @@ written before and after training), then the ``python -m`` entry that ``accelera
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
@@ -103,6 +104,9 @@ def check_shared(cfg: Any) -> None:
         raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
     if cfg.push_to_hub and not cfg.hub_model_id:
         raise RhythmError("push_to_hub needs hub_model_id (user/name)")
+    if cfg.overwrite_output_dir and resumes(cfg):
+        raise RhythmError("resume_from_checkpoint and overwrite_output_dir contradict each other (resume keeps the "
+                          "run, overwrite deletes it); give one")
     if cfg.jobs.flavor is None:
         check_output(cfg.output_dir, inputs=data_paths(cfg), folder=True, what="output_dir")
         for path in data_paths(cfg):
@@ -136,10 +140,32 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
     return out, resume, resolve_precision(cfg, torch.cuda.is_available())
 
 
+def resumes(cfg: Any) -> bool:
+    """Whether ``resume_from_checkpoint`` asks to resume (latest, true or a path)."""
+    return cfg.resume_from_checkpoint not in (None, False, "", "none", "None", "false")
+
+
+@contextlib.contextmanager
+def cleaned_on_failure(output_dir: str | Path) -> Iterator[None]:
+    """The folders a run creates for ``output_dir`` are removed again if it fails before writing into them (a bad
+    model path leaves no empty output folder behind); anything written stays."""
+    path = Path(output_dir).absolute()
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty, or gone
+                break
+        raise
+
+
 def resume_path(cfg: Any) -> str | None:
     """The checkpoint ``resume_from_checkpoint`` names (latest = the newest ``checkpoint-N``), or None."""
     value = cfg.resume_from_checkpoint
-    if value in (None, False, "", "none", "None", "false"):
+    if not resumes(cfg):
         return None
     if value is True or str(value).lower() in ("latest", "last", "true"):
         from transformers.trainer_utils import get_last_checkpoint
@@ -226,6 +252,15 @@ def make_log_callback(path: Path, stage: str):
                 self.written = len(state.log_history)
 
     return JsonlLogCallback()
+
+
+def quiet_trainer(trainer: Any) -> Any:
+    """``trainer`` without the callback that prints each log entry when progress bars are off (``--quiet``): the
+    entries still stream to ``training_log.jsonl``."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
 
 
 def series(history: list[dict[str, Any]], key: str) -> list[float]:

@@ -34,11 +34,13 @@ from rhythm.train.common import (
     LearningRate,
     TrainRunConfig,
     check_shared,
+    cleaned_on_failure,
     data_paths,
     entry_main,
     make_log_callback,
     peft_config,
     prepare_run,
+    quiet_trainer,
     series,
     trainer_args,
     write_run_start,
@@ -234,7 +236,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
-    return SFTRun(trainer, cfg, resolved, report, resume)
+    return SFTRun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, resume)
 
 
 def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None,
@@ -243,7 +245,7 @@ def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None
     ``hooks``: :func:`build_trainer`'s ``examples`` / ``tokenize``."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     started = time.perf_counter()
-    with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
+    with contextlib.redirect_stdout(sys.stderr), cleaned_on_failure(cfg.output_dir):  # stdout: results only
         return _train(build_trainer(cfg, quiet=quiet, **hooks), started, say)
 
 

@@ -179,6 +179,7 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     assert summary["global_step"] == 3 and summary["mode"] == "step" and summary["reward_batches"] == 3
     said = " ".join(err.split())  # the console wraps long lines
     assert "grpo (step): 3 steps" in said and "student rollouts: 1 episodes played" in said
+    assert "{'loss'" not in err  # -q: the log entries go to training_log.jsonl, not the terminal
     for name in ("model.safetensors", "config.json", "tokenizer.json", "grpo_config.yaml", "training_log.jsonl",
                  "reward_log.jsonl", "prompts_report.json", "grpo_summary.json", "student_rollouts.jsonl"):
         assert (out / name).exists(), name

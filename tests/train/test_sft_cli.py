@@ -38,17 +38,19 @@ def teacher(tmp_path_factory):
         (["--data", "{v1}"], "v1.jsonl:1: record is text protocol v1, this rhythm speaks v2"),
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
         (["--data", "{teacher}", "--set", "context_noise=0.5"], "'context_noise' is no longer a key of SFTRunConfig"),
+        (["--data", "{teacher}", "--model", "{tmp}/empty-model"], "cannot load the tokenizer of"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, tiny_student, args, message):
     # tiny_student: the offline student is built before the command runs (its build writes progress bars)
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(teacher.read_bytes().splitlines()[0] + b"\n{\"schema\": \n")
+    (tmp_path / "empty-model").mkdir()
     args = [a.format(teacher=teacher, broken=broken, tmp=tmp_path, v1=teacher.with_name("v1.jsonl")) for a in args]
     code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "-o", str(tmp_path / "out"), *args)
     assert code == 2, err
     assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
-    assert not (tmp_path / "out" / "training_log.jsonl").exists()
+    assert not (tmp_path / "out").exists()  # a run that fails leaves no empty output folder behind
 
 
 @pytest.mark.slow
@@ -60,6 +62,7 @@ def test_sft_command_trains_and_prints_the_summary(run_cli, tmp_path, teacher, t
     summary = orjson.loads(stdout)  # stdout holds the result only; logs went to stderr
     assert summary["global_step"] == 2 and summary["output_dir"] == str(out) and summary["eval_loss_last"] is None
     assert "sft: 2 steps, train loss" in err and (out / "model.safetensors").exists()  # sft-tiny trains every weight
+    assert "{'loss'" not in err  # -q: the log entries go to training_log.jsonl, not the terminal
 
 
 def test_the_python_m_entry_takes_rhythm_sfts_set_syntax(capsys):

@@ -60,10 +60,12 @@ from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, lo
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     LOG_NAME,
+    cleaned_on_failure,
     data_paths,
     make_log_callback,
     peft_config,
     prepare_run,
+    quiet_trainer,
     series,
     trainer_args,
     write_run_start,
@@ -252,7 +254,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
                    *(callbacks or [])],
         rollout_func=rollout,
     )
-    return GRPORun(trainer, cfg, resolved, report, rewards, resume, source)
+    return GRPORun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, rewards, resume, source)
 
 
 def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> PolicyProbe | None:
@@ -310,7 +312,7 @@ def run_grpo(cfg: GRPORunConfig, *, quiet: bool = False, log: Callable[[str], No
     """Train, save (and optionally push); returns the run summary (also in ``grpo_summary.json``)."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     started = time.perf_counter()
-    with contextlib.redirect_stdout(sys.stderr):  # transformers prints log lines to stdout; stdout is for results
+    with contextlib.redirect_stdout(sys.stderr), cleaned_on_failure(cfg.output_dir):  # stdout: results only
         run = build_trainer(cfg, quiet=quiet, say=say)
         return _train(run, started, say)
 
