@@ -224,6 +224,20 @@ def test_analyze_tables_prints_the_docs_tables(run_cli, tmp_path: Path) -> None:
     code, out, err = run_cli("analyze", "tables", str(out_path))
     assert code == 0 and err == ""
     assert out.startswith("|") and "heuristic" in out and "discrete" in out
+    row = next(line for line in out.splitlines() if line.startswith("| heuristic |"))
+    assert row.count("[") == 1 and row.endswith(", 2 |"), row  # the agent's v3 with its CI, and the people
+    assert "Note:" not in out
+    other = tmp_path / "other" / "eval_results_v2.json"
+    run_eval(EvalConfig(agent="heuristic", condition="discrete", seeds="5-7", output=str(other)), say=lambda m: None)
+    code, out, err = run_cli("analyze", "tables", str(out_path), str(other))
+    assert code == 2 and "heuristic is evaluated in discrete by two of the files" in err
+    bayes = tmp_path / "bayes" / "eval_results_v2.json"
+    run_eval(EvalConfig(agent="bayes", condition="discrete", seeds="5-7", references=[], output=str(bayes)),
+             say=lambda m: None)
+    code, out, err = run_cli("analyze", "tables", str(out_path), str(bayes))
+    assert code == 0 and "| teacher (bayes) |" in out
+    assert "Note: in discrete the files played different people (heuristic: eval seeds 0-1; teacher (bayes): eval " \
+           "seeds 5-7)" in " ".join(out.split())
 
 
 def test_version_prints_the_package_and_env_versions(run_cli) -> None:

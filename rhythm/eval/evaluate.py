@@ -121,6 +121,14 @@ def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
     return np.array([np.nan if r.score[key] is None else r.score[key] for r in records], dtype=np.float64)
 
 
+def prior_on_stated(records: list[EpisodeRecord]) -> float:
+    """The constant prior guess's MAE on the episodes whose belief MAE is reported (those that stated a last
+    belief), so the two compare the same people; on all episodes when none stated one."""
+    stated = ~np.isnan(_scores(records, "belief_mae"))
+    prior = _scores(records, "belief_mae_prior")
+    return round(float(prior[stated].mean() if stated.any() else prior.mean()), 6)
+
+
 def mean_belief_mae_by_step(records: list[EpisodeRecord], truth: np.ndarray) -> list[float | None]:
     """Mean MAE of the belief stated at each step (None where no episode stated one): does it sharpen?"""
     errors = np.stack([belief_mae_by_step([(s.t, s.belief) for s in r.steps], target, EPISODE_STEPS)
@@ -156,7 +164,7 @@ def summarize_condition(
         "behaviour_score": mean_ci(_scores(records, "behaviour_score")),
         "belief_mae": mean_ci(_scores(records, "belief_mae")),
         "belief_mae_by_dim": by_dim,
-        "belief_mae_prior": round(float(_scores(records, "belief_mae_prior").mean()), 6),
+        "belief_mae_prior": prior_on_stated(records),
         "belief_mae_by_step": mean_belief_mae_by_step(records, truth),
         "belief_stated_rate": round(sum(stated) / len(records), 6),
         "crashes": round(float(_scores(records, "crashes").mean()), 6),

@@ -25,6 +25,16 @@ def _start_of_grpo(folder: Path) -> Path | None:
     return Path(start) if isinstance(start, str) else None
 
 
+def start_of_sft(folder: str | Path) -> Path | None:
+    """The model an SFT run started from (``model_name_or_path`` in its effective config), if it names one."""
+    try:
+        cfg = yaml.safe_load((Path(folder) / SFT_CONFIG).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    start = cfg.get("model_name_or_path") if isinstance(cfg, dict) else None
+    return Path(start) if isinstance(start, str) else None
+
+
 def training_stage(folder: str | Path) -> str | None:
     """``SFT``, ``SFT+GRPO`` or ``GRPO`` for a folder ``rhythm sft`` / ``rhythm grpo`` wrote; None otherwise."""
     folder = Path(folder)

@@ -123,8 +123,13 @@ def distance_shares(first: dict[Key, float], second: dict[Key, float], target: d
 
 
 def final_scores_of(files: str, metric: str = "final_score") -> dict[Key, float]:
-    """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths)."""
-    return final_scores((r for path in files.split(",") for _, r in read_episodes(path)), metric)
+    """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths); weeks that all lack the
+    metric (an agent that states no belief, for ``belief_mae``) are named as such, not as people not shared."""
+    records = [r for path in files.split(",") for _, r in read_episodes(path)]
+    values = final_scores(records, metric)
+    if records and not values:
+        raise RhythmError(f"{files}: no week has a {metric} (the agent states no belief); pair another metric")
+    return values
 
 
 def paired_table(diffs: dict[str, dict[str, Any]], shares: dict[str, dict[str, Any]] | None = None) -> str:
@@ -140,6 +145,12 @@ def paired_table(diffs: dict[str, dict[str, Any]], shares: dict[str, dict[str, A
             if s is None or s["share"] is None:
                 line += "  -"
             else:
-                line += f"  {100 * s['share']:.0f}% [{100 * s['ci95'][0]:.0f}%, {100 * s['ci95'][1]:.0f}%] of {s['episodes']}"
+                line += f"  {_percent(s['share'])} [{_percent(s['ci95'][0])}, {_percent(s['ci95'][1])}] of {s['episodes']}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _percent(share: float) -> str:
+    """``0.771`` -> ``77%``; never ``-0%``; an unbounded end (a distance near 0 in some resamples) -> ``-inf%``."""
+    text = f"{100 * share:.0f}%"
+    return "0%" if text == "-0%" else text

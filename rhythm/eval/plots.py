@@ -29,9 +29,10 @@ import numpy as np
 
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
-from rhythm.eval.names import display_name
+from rhythm.eval.names import display_name, start_of_sft
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
+from rhythm.eval.tables import seeds_notes
 from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
 from rhythm.records import check_output, iter_jsonl, read_episodes
 
@@ -163,8 +164,9 @@ def _color(name: str, kind: str, order: dict[str, int]) -> str:
     return _CYCLE[order.setdefault(name, len(order)) % len(_CYCLE)]
 
 
-def final_scores_figure(bars: list[ScoreBar]) -> Any:
-    """The final-score figure: conditions on x, one bar per agent; v2 with the published run on top, v3 below."""
+def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True) -> Any:
+    """The final-score figure: conditions on x, one bar per agent; v2 with the published run on top, v3 below.
+    ``same_seeds``: whether every results file played the same people (the legend says which)."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -212,7 +214,7 @@ def final_scores_figure(bars: list[ScoreBar]) -> Any:
                 ax.text(x, top + 0.012, f"{b.mean:.2f}", ha="center", va="bottom", fontsize=7, rotation=90)
                 legend_name = {
                     "agent": f"{name} (95% CI)",
-                    "reference": f"{name} (reference, same seeds)",
+                    "reference": f"{name} (reference, " + ("same seeds)" if same_seeds else "the first file's seeds)"),
                     "published": f"published: {name}",
                 }[kind]
                 if legend_name not in handles:
@@ -239,8 +241,8 @@ def final_scores_figure(bars: list[ScoreBar]) -> Any:
     return fig
 
 
-def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150) -> Path:
-    return _save(final_scores_figure(bars), path, dpi)
+def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150, same_seeds: bool = True) -> Path:
+    return _save(final_scores_figure(bars, same_seeds), path, dpi)
 
 
 # -- belief accuracy -----------------------------------------------------------------------------
@@ -257,7 +259,7 @@ class BeliefCurve:
     high: np.ndarray
     stated: np.ndarray  # (EPISODE_STEPS,) episodes that stated a belief at that step
     episodes: int
-    prior: float  # MAE of the constant prior-mean belief on the same episodes
+    prior: float  # MAE of the constant prior-mean belief on the episodes that stated a belief (all, if none did)
 
 
 def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -284,7 +286,9 @@ def _curve(agent: str, condition: str, errors: np.ndarray, priors: np.ndarray) -
     cis = [mean_ci(errors[:, t]) for t in range(errors.shape[1])]
     mean = np.array([np.nan if c["mean"] is None else c["mean"] for c in cis])
     low, high = (np.array([np.nan if c["ci95"] is None else c["ci95"][i] for c in cis]) for i in (0, 1))
-    return BeliefCurve(agent, condition, mean, low, high, stated, len(errors), float(priors.mean()))
+    spoke = (~np.isnan(errors)).any(axis=1)
+    prior = float(priors[spoke].mean() if spoke.any() else priors.mean())
+    return BeliefCurve(agent, condition, mean, low, high, stated, len(errors), prior)
 
 
 def read_episode_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -320,21 +324,26 @@ def belief_accuracy_figure(curves: list[BeliefCurve]) -> Any:
     ymax = 0.0
     for ax, cond in zip(axes, conditions, strict=True):
         group = [cv for cv in curves if cv.condition == cond]
-        silent = []
-        for cv in group:
-            if cv.stated.sum() == 0:
-                silent.append(cv.agent)
-                continue
+        drawn = [cv for cv in group if cv.stated.sum() > 0]
+        silent = [cv.agent for cv in group if cv.stated.sum() == 0]
+        sizes = {cv.episodes for cv in drawn} or {cv.episodes for cv in group}
+        for cv in drawn:
             color = _color(cv.agent, "agent", order)
             rate = cv.stated.sum() / (cv.episodes * EPISODE_STEPS)
+            n = f"n={cv.episodes}, " if len(sizes) > 1 else ""
             ax.plot(steps, cv.mean, color=color, linewidth=2, marker="o", markersize=3,
-                    label=f"{cv.agent} (belief stated {rate:.0%} of steps)")
+                    label=f"{cv.agent} ({n}belief stated {rate:.0%} of steps)")
             ax.fill_between(steps, cv.low, cv.high, color=color, alpha=0.18, linewidth=0)
             ymax = max(ymax, float(np.nanmax(cv.high)))
-        priors = [cv.prior for cv in group]
+        priors = [cv.prior for cv in drawn] or [cv.prior for cv in group]
+        if max(priors) - min(priors) < 1e-9:  # every curve on the same people: one line
+            ax.axhline(priors[0], color="black", linestyle="--", linewidth=1.4, label="constant prior guess (same episodes)")
+        else:  # different people: each curve's own prior, in its colour
+            for cv in drawn:
+                ax.axhline(cv.prior, color=_color(cv.agent, "agent", order), linestyle="--", linewidth=1.2,
+                           label=f"constant prior guess on {cv.agent}'s episodes")
         prior = float(np.mean(priors))
-        ax.axhline(prior, color="black", linestyle="--", linewidth=1.4, label="constant prior guess (same episodes)")
-        ymax = max(ymax, prior)
+        ymax = max(ymax, max(priors))
         if cond in PUBLISHED_STUDENT_BELIEF_MAE:
             v = PUBLISHED_STUDENT_BELIEF_MAE[cond]
             ax.plot([EPISODE_STEPS], [v], marker="*", markersize=13, color="#e6550d", markeredgecolor="black",
@@ -346,8 +355,9 @@ def belief_accuracy_figure(curves: list[BeliefCurve]) -> Any:
             ax.plot([], [], " ", label=f"{agent}: no belief stated")
         for day in range(1, EPISODE_STEPS // N_SLOTS):
             ax.axvline(day * N_SLOTS + 0.5, color="#e0e0e0", linewidth=0.8, zorder=0)
-        episodes = max((cv.episodes for cv in group), default=0)
-        ax.set_title(f"{cond}  (n={episodes}; constant prior MAE {prior:.3f})", fontsize=11)
+        size = f"n={sizes.pop()}" if len(sizes) == 1 else "n in the legend"
+        guess = f"constant prior MAE {prior:.3f}" if max(priors) - min(priors) < 1e-9 else "different people"
+        ax.set_title(f"{cond}  ({size}; {guess})", fontsize=11)
         ax.set_xlabel("step (belief stated with that step's action; grey lines: day boundaries)", fontsize=9)
         ax.set_xlim(0.5, EPISODE_STEPS + 0.5)
         ax.set_xticks([1, 4, 8, 12, 16, 20, 24, 28])
@@ -380,6 +390,9 @@ class TrainingSeries:
     eval_loss: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     reward: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     reward_std: list[float] = field(default_factory=list)
+    step_reward: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
+    """The mean reward of each optimizer step, from ``reward_log.jsonl`` beside the log (TRL's ``reward`` is the
+    mean over a logging window)."""
     reward_funcs: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     learning: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """GRPO's can-it-learn figures by log key (:data:`LEARNING_KEYS`)."""
@@ -391,6 +404,8 @@ LEARNING_KEYS = {
     "probe/kl": "KL to the starting policy per reply token (nats)",
 }
 """What shows whether a refine run can learn (TRL's and :mod:`rhythm.train.grpo.probe`'s log keys)."""
+KL_KEY = "probe/kl"
+REWARD_LOG_FILE = "reward_log.jsonl"
 
 
 def log_file(path: str | Path) -> Path:
@@ -447,7 +462,39 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
                     ys.append(float(raw))
     if not (s.train_loss[0] or s.eval_loss[0] or s.reward[0]):
         raise RhythmError(f"{file}: no loss, eval_loss or reward entries to plot")
+    if s.reward[0] and (file.parent / REWARD_LOG_FILE).is_file():
+        s.step_reward = step_rewards(file.parent / REWARD_LOG_FILE)
     return s
+
+
+def step_rewards(path: Path) -> tuple[list[float], list[float]]:
+    """The mean reward of every optimizer step in a ``reward_log.jsonl`` (one line per scored reply)."""
+    by_step: dict[float, list[float]] = {}
+    for _, entry in iter_jsonl(path):
+        step, reward = _number(entry.get("step")), _number(entry.get("reward"))
+        if step is not None and reward is not None:
+            by_step.setdefault(step, []).append(reward)
+    steps = sorted(by_step)
+    return steps, [float(np.mean(by_step[k])) for k in steps]
+
+
+def continued(series: list[TrainingSeries], paths: list[str]) -> list[TrainingSeries]:
+    """An SFT run that continued another plotted one (the quickstart's stage 2 from stage 1) is drawn after it:
+    its steps shifted by the earlier run's last step, its label naming where it started."""
+    folders = [log_file(p).parent for p in paths]
+    for s, folder in zip(series, folders, strict=True):
+        start = start_of_sft(folder)
+        if start is None or not s.train_loss[0]:
+            continue
+        for earlier, other in zip(series, folders, strict=True):  # after a moved run folder: the same name
+            same = start.exists() and other.exists() and start.resolve() == other.resolve()
+            if earlier is not s and earlier.train_loss[0] and (same or (not start.exists() and start.name == other.name)):
+                shift = max(earlier.train_loss[0] + earlier.eval_loss[0])
+                s.train_loss = ([x + shift for x in s.train_loss[0]], s.train_loss[1])
+                s.eval_loss = ([x + shift for x in s.eval_loss[0]], s.eval_loss[1])
+                s.label = f"{s.label} (from {earlier.label})"
+                break
+    return series
 
 
 def training_figure(series: list[TrainingSeries]) -> Any:
@@ -473,21 +520,33 @@ def training_figure(series: list[TrainingSeries]) -> Any:
                             label=f"{s.label}: validation loss")
             ax.set_title("SFT: loss", fontsize=12)
             ax.set_ylabel("loss per labelled token")
-        elif panel == "learning":
+        elif panel == "learning":  # shares on the left axis, the KL (a thousandth of them, early on) on its own
+            kl_ax = ax.twinx() if any(KL_KEY in s.learning for s in has_learning) else None
             for s in has_learning:
                 color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]
                 for k, (key, what) in enumerate(LEARNING_KEYS.items()):
                     if key in s.learning:
-                        ax.plot(*s.learning[key], color=color, linewidth=1.4, linestyle=("-", "--", ":")[k], marker="o",
-                                markersize=3, label=f"{s.label}: {what}")
+                        on = kl_ax if key == KL_KEY and kl_ax is not None else ax
+                        on.plot(*s.learning[key], color=color, linewidth=1.4, linestyle=("-", "--", ":")[k], marker="o",
+                                markersize=3, label=f"{s.label}: {what}" + (" (right axis)" if on is kl_ax else ""))
             ax.set_title("GRPO: can it learn?", fontsize=12)
-            ax.set_ylabel("share / nats")
+            ax.set_ylabel("share")
+            if kl_ax is not None:
+                kl_ax.set_ylabel("KL (nats per reply token)")
+                kl_ax.set_ylim(bottom=0)
+                handles, labels = ax.get_legend_handles_labels()
+                more = kl_ax.get_legend_handles_labels()
+                ax.legend(handles + more[0], labels + more[1], fontsize=8, loc="upper left", bbox_to_anchor=(1.12, 1.0),
+                          frameon=False)
         else:
             for s in has_grpo:
                 color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]
                 xs, ys = np.array(s.reward[0]), np.array(s.reward[1])
                 std = np.array(s.reward_std)
-                ax.plot(xs, ys, color=color, linewidth=1.8, label=f"{s.label}: mean reward")
+                ax.plot(xs, ys, color=color, linewidth=1.8, label=f"{s.label}: mean reward (logging window)")
+                if s.step_reward[0]:
+                    ax.plot(*s.step_reward, color=color, linewidth=0.8, marker=".", markersize=3, alpha=0.7,
+                            label=f"{s.label}: mean reward of each step")
                 ax.fill_between(xs, ys - std, ys + std, color=color, alpha=0.15, linewidth=0, label=f"{s.label}: ±1 std across completions")
                 if len(s.reward_funcs) > 1:
                     for k, (func, (fx, fy)) in enumerate(sorted(s.reward_funcs.items())):
@@ -497,7 +556,8 @@ def training_figure(series: list[TrainingSeries]) -> Any:
             ax.set_ylabel("reward per completion")
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the panel, off the curves
+        if ax.get_legend() is None:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the panel
     fig.suptitle("Training curves", fontsize=13)
     return fig
 
@@ -526,11 +586,14 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
     check_output(cfg.out, folder=True, what="--out")
     results = [(Path(p), load_results(p)) for p in cfg.results]
     curves, notes = belief_curves(results) if results else ([], [])
-    logs = [training_series(p) for p in cfg.logs]
+    logs = continued([training_series(p) for p in cfg.logs], cfg.logs)
     out = Path(cfg.out)
     summary = PlotSummary(notes=list(notes))
     if results:
-        summary.written.append(plot_final_scores(score_bars(results), out / "final_scores.png", cfg.dpi))
+        mixed = seeds_notes([r for _, r in results])
+        summary.notes += [f"final_scores.png: {note}" for note in mixed]
+        summary.written.append(plot_final_scores(score_bars(results), out / "final_scores.png", cfg.dpi,
+                                                 same_seeds=not mixed))
         if curves:
             summary.written.append(plot_belief_accuracy(curves, out / "belief_accuracy.png", cfg.dpi))
         else:

@@ -20,7 +20,8 @@ BOOTSTRAP_RESAMPLES = 9999
 def bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.ndarray], seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
     """The one interval method: a seeded BCa bootstrap 95% CI of ``statistic(*samples, axis=-1)``, people
     resampled with all their values (samples are paired); where BCa fails on near-degenerate data, the
-    percentile interval of the same number of resamples."""
+    percentile interval of the same number of resamples, less those where the statistic is undefined (a ratio's
+    0 / 0)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = stats.bootstrap(samples, statistic, paired=len(samples) > 1, vectorized=True, n_resamples=BOOTSTRAP_RESAMPLES,
@@ -28,7 +29,12 @@ def bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.nd
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(lo) and np.isfinite(hi)):
         idx = np.random.default_rng(seed).integers(0, len(samples[0]), (BOOTSTRAP_RESAMPLES, len(samples[0])))
-        lo, hi = (float(v) for v in np.percentile(statistic(*(s[idx] for s in samples), axis=-1), [2.5, 97.5]))
+        values = statistic(*(s[idx] for s in samples), axis=-1)
+        values = values[~np.isnan(values)]
+        with np.errstate(invalid="ignore"):  # an end between two infinite resamples: the nearest one, unbounded
+            ends = np.percentile(values, [2.5, 97.5])
+        lo, hi = (float(v if not np.isnan(v) else np.percentile(values, q, method="nearest"))
+                  for v, q in zip(ends, (2.5, 97.5), strict=True))
     return lo, hi
 
 

@@ -91,3 +91,22 @@ def test_a_shared_played_cache_plays_each_scripted_agent_once_with_the_same_resu
     # other teacher settings are other episodes
     other = EvalConfig(agent="bayes", teacher=TeacherConfig(planner=PlannerConfig(horizon=2)))
     assert played_key(other, "bayes", "in-dist", seeds) != played_key(first, "bayes", "in-dist", seeds)
+
+
+def test_the_priors_error_is_on_the_episodes_whose_belief_error_is_reported() -> None:
+    """A week that states no last belief has no belief error; the prior's error beside it leaves that week out too,
+    so their ratio compares the same people (and all weeks count when none stated a belief)."""
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
+    from rhythm.agents.registry import make_agent
+    from rhythm.eval.evaluate import prior_on_stated
+
+    records = play(make_agent("bayes"), [EpisodeSpec("ood", "eval", s) for s in range(6)])
+    priors = [r.score["belief_mae_prior"] for r in records]
+    assert prior_on_stated(records) == pytest.approx(sum(priors) / 6, abs=1e-6)
+    for r in records[:4]:
+        r.score["belief_mae"] = None
+    assert prior_on_stated(records) == pytest.approx((priors[4] + priors[5]) / 2, abs=1e-6)
+    for r in records:
+        r.score["belief_mae"] = None
+    assert prior_on_stated(records) == pytest.approx(sum(priors) / 6, abs=1e-6)

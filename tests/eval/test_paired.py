@@ -12,7 +12,14 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.errors import RhythmError
-from rhythm.eval.paired import distance_shares, episode_value, final_scores, lower_is_better, paired_differences
+from rhythm.eval.paired import (
+    distance_shares,
+    episode_value,
+    final_scores,
+    lower_is_better,
+    paired_differences,
+    paired_table,
+)
 from rhythm.records import JsonlWriter
 
 people = st.dictionaries(
@@ -72,6 +79,18 @@ def test_the_share_is_the_ratio_of_mean_differences_over_the_people_all_three_pl
     assert distance_shares(first, second, first)["ood"] == {"episodes": 6, "share": None, "ci95": None}
     with pytest.raises(RhythmError, match="share no person"):
         distance_shares(first, second, {("in-dist", "train", 0): 0.5})
+
+
+def test_a_distance_that_is_zero_in_some_resamples_gives_an_interval_not_nan():
+    """Crash counts are whole numbers: some resamples' mean distance is 0, their share 0 / 0 or x / 0. The interval
+    leaves the undefined ones out and reads an unbounded end as infinite, never as NaN."""
+    first = dict.fromkeys((("ood", "train", s) for s in range(20)), 3.0)
+    second = {("ood", "train", s): 3.0 + d for s, d in enumerate([2, 0, 0, 1, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 1])}
+    target = {("ood", "train", s): 3.0 + d for s, d in enumerate([1, 0, 0, -1, 0, 0, 0, 0, 1, 0, 0, 0, 0, -1, 0, 0, 0, 1, 0, 0])}
+    d = distance_shares(first, second, target)["ood"]
+    assert d["share"] == pytest.approx(10 / 1) and not any(np.isnan(d["ci95"]))
+    line = paired_table(paired_differences(first, second, lower_better=True), {"ood": d}).splitlines()[1]
+    assert "nan" not in line and "-0%" not in line
 
 
 def test_a_person_played_twice_on_one_side_is_refused():
@@ -200,3 +219,17 @@ def test_the_command_gives_one_line_and_exit_2_on_bad_input(two_agents, tmp_path
         err = err.strip().splitlines()
         assert code == 2 and len(err) == 1 and err[0].startswith("rhythm: error:")
     assert "broken.jsonl:9" in err[0]  # the bad line is named
+
+
+def test_a_side_that_states_no_belief_is_named_when_pairing_the_belief(tmp_path):
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
+    from rhythm.agents.registry import make_agent
+    from rhythm.eval.paired import final_scores_of
+    from rhythm.records import write_episodes
+
+    path = tmp_path / "heuristic.jsonl"
+    write_episodes(path, [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("ood", "eval", 0)])])
+    assert final_scores_of(str(path)) != {}
+    with pytest.raises(RhythmError, match=r"heuristic.jsonl: no week has a belief_mae \(the agent states no belief\)"):
+        final_scores_of(str(path), "belief_mae")

@@ -330,7 +330,56 @@ def test_the_training_plot_shows_whether_grpo_can_learn(tmp_path: Path) -> None:
     assert s.learning == {"groups_without_spread": ([1.0, 2.0, 3.0], [0.5, 0.25, 0.0]), "probe/kl": ([1.0, 2.0, 3.0], [0.0, 0.01, 0.03]),
                           "probe/action_changed": ([1.0, 2.0, 3.0], [0.0, 0.0625, 0.125])}
     fig = training_figure([s])
-    assert [ax.get_title() for ax in fig.axes] == ["GRPO: reward", "GRPO: can it learn?"]
-    assert {t.get_text().split(": ", 1)[1] for t in fig.axes[1].get_legend().get_texts()} == set(LEARNING_KEYS.values())
+    assert [ax.get_title() for ax in fig.axes] == ["GRPO: reward", "GRPO: can it learn?", ""]
+    legend = {t.get_text().split(": ", 1)[1].removesuffix(" (right axis)") for t in fig.axes[1].get_legend().get_texts()}
+    assert legend == set(LEARNING_KEYS.values())
+    kl_axis = fig.axes[2]  # the KL, a thousandth of the shares early on, on an axis of its own
+    assert kl_axis.get_ylabel() == "KL (nats per reply token)"
+    assert [list(line.get_ydata()) for line in kl_axis.get_lines()] == [[0.0, 0.01, 0.03]]
     old = training_figure([training_series(write_log(tmp_path / "old", GRPO_LOG))])
     assert [ax.get_title() for ax in old.axes] == ["GRPO: reward"]
+
+
+def test_the_reward_of_each_step_is_read_from_the_reward_log_beside_the_training_log(tmp_path: Path) -> None:
+    """TRL logs the reward as a mean over each logging window; the reward log beside it holds every scored reply,
+    so the plot draws each step's own mean too."""
+    folder = write_log(tmp_path / "grpo", GRPO_LOG)
+    replies = [(1, 0.2), (1, 0.4), (2, 0.5), (2, 0.1), (2, 0.6), (3, 0.9)]
+    (folder / "reward_log.jsonl").write_bytes(b"".join(orjson.dumps({"step": k, "reward": r}) + b"\n" for k, r in replies))
+    s = training_series(folder)
+    assert s.step_reward[0] == [1.0, 2.0, 3.0] and s.step_reward[1] == pytest.approx([0.3, 0.4, 0.9])
+    labels = [line.get_label() for line in training_figure([s]).axes[0].get_lines()]
+    assert "grpo: mean reward of each step" in labels
+    assert training_series(write_log(tmp_path / "alone", GRPO_LOG)).step_reward == ([], [])
+
+
+def test_curves_on_different_people_each_get_their_own_prior_line(bayes_results: Path, tmp_path: Path) -> None:
+    """One dashed prior line says "same episodes" only when every curve is on the same people; otherwise each
+    curve's own prior is drawn in its colour, the title says so, and the legend gives each curve's n."""
+    other = tmp_path / "later" / "eval_results_v2.json"
+    run_eval(EvalConfig(agent="bayes", condition="ood", seeds="3-6", references=[], output=str(other)), say=lambda m: None)
+    results = [(bayes_results, load_results(bayes_results)), (other, load_results(other))]
+    curves, _ = belief_curves(results)
+    ood = [c for c in curves if c.condition == "ood"]
+    assert len(ood) == 2 and ood[0].prior != ood[1].prior
+    fig = belief_accuracy_figure(curves)
+    ax = fig.axes[1]
+    assert ax.get_title() == "ood  (n in the legend; different people)"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert sum(label.startswith("constant prior guess on ") for label in labels) == 2
+    assert any("(n=3, " in label for label in labels) and any("(n=4, " in label for label in labels)
+    same = belief_accuracy_figure(belief_curves(results[:1])[0])
+    assert "constant prior guess (same episodes)" in [line.get_label() for line in same.axes[1].get_lines()]
+
+
+def test_an_sft_run_that_continued_another_is_drawn_after_it(tmp_path: Path) -> None:
+    from rhythm.eval.plots import continued
+
+    first = write_log(tmp_path / "stage1", SFT_LOG)
+    second = write_log(tmp_path / "stage2", SFT_LOG)
+    (second / "sft_config.yaml").write_text(f"model_name_or_path: {first}\n")
+    alone = write_log(tmp_path / "alone", SFT_LOG)
+    series = continued([training_series(p) for p in (first, second, alone)], [str(first), str(second), str(alone)])
+    assert series[1].label == "stage2 (from stage1)" and series[1].train_loss[0] == [20.0, 25.0, 30.0]
+    assert series[1].eval_loss[0] == [20.0, 30.0]
+    assert series[0].train_loss[0] == series[2].train_loss[0] == [5.0, 10.0, 15.0] and series[2].label == "alone"
