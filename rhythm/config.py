@@ -244,10 +244,18 @@ def config_dict(config: Any) -> dict[str, Any]:
     return orjson.loads(orjson.dumps(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config))
 
 
-def config_hash(config: Any) -> str:
-    """A short, stable hash of the effective config (sorted keys), recorded in every output."""
-    payload = orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(payload).hexdigest()[:12]
+def config_hash(config: Any, ignore: Iterable[str] = ()) -> str:
+    """A short, stable hash of the effective config (sorted keys), recorded in every output; ``ignore``: dotted keys
+    left out (settings that do not change what is made: where it goes, how many workers)."""
+    data = config_dict(config)
+    for key in ignore:
+        *path, last = key.split(".")
+        section = data
+        for part in path:
+            section = section.get(part, {}) if isinstance(section, dict) else {}
+        if isinstance(section, dict):
+            section.pop(last, None)
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
 
 def write_config(config: Any, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

@@ -307,14 +307,15 @@ def _last_line_start(fh: BinaryIO, size: int, block: int = 65536) -> int:
     return 0
 
 
-def done_keys(path: Path) -> set[tuple[str, str, int]]:
-    """Episodes already complete in ``path`` (for ``--resume``); tolerates a torn last line."""
+def done_keys(path: Path) -> dict[tuple[str, str, int], str | None]:
+    """Episodes already complete in ``path`` (for ``--resume``), each with the ``config_hash`` it was made under;
+    tolerates a torn last line."""
     if not path.exists():
-        return set()
-    keys = set()
+        return {}
+    keys = {}
     for lineno, obj in iter_jsonl(path, skip_torn_last=True):
         try:
-            keys.add(episode_key(obj))
+            keys[episode_key(obj)] = obj.get("config_hash")
         except (KeyError, TypeError, ValueError):
             raise RhythmError(f"{path}:{lineno}: cannot resume: record lacks condition/split/seed") from None
     return keys

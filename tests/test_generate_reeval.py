@@ -56,6 +56,38 @@ def test_killed_run_resumes_without_duplicates_or_torn_lines(tmp_path: Path) -> 
     assert sorted(seeds) == list(range(60))
 
 
+def _without_timing(path: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in ("created_at", "usage")} for r in _lines(path)]
+
+
+def test_generate_writes_the_same_file_whatever_the_workers_chunks_or_output(tmp_path: Path) -> None:
+    """Weeks in seed order with the same config_hash: how the work was spread, or where it went, changes nothing."""
+    one = tmp_path / "one.jsonl"
+    generate(GenerateConfig(teacher="heuristic", seeds="0-7", output=str(one)))
+    two = tmp_path / "two.jsonl"
+    generate(GenerateConfig(teacher="heuristic", seeds="0-7", output=str(two), concurrency=2, chunk=1))
+    assert _without_timing(two) == _without_timing(one)
+    assert [r["seed"] for r in _lines(two)] == list(range(8))
+
+
+def test_resume_refuses_a_file_made_with_other_settings(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from rhythm.errors import RhythmError
+
+    out = tmp_path / "t.jsonl"
+    cfg = GenerateConfig(teacher="heuristic", seeds="0-2", output=str(out))
+    generate(cfg)
+    more = generate(replace(cfg, seeds="0-4", resume=True, concurrency=2, chunk=1))  # how, not what: resumes
+    assert more.skipped == 3 and more.episodes == 2 and len({r["config_hash"] for r in _lines(out)}) == 1
+    before = out.read_bytes()
+    planner = replace(cfg.teacher_options.planner, samples=4)
+    for other in (replace(cfg, teacher="random"), replace(cfg, teacher_options=replace(cfg.teacher_options, planner=planner))):
+        with pytest.raises(RhythmError, match=r"holds weeks made with other settings .* --resume would mix them"):
+            generate(replace(other, seeds="0-5", resume=True))
+    assert out.read_bytes() == before
+
+
 @pytest.mark.slow  # > 3 s on 2 cores
 def test_generate_pipes_into_reeval(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"

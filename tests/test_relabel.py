@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +41,11 @@ def test_relabel_writes_the_filters_beliefs_and_keeps_the_actions(run_cli, tmp_p
             reply = parse_reply(s["response"])
             assert reply.ok and reply.belief == tuple(s["belief"]) and s["response"].endswith(f"ACTION: {s['action']}")
     assert not (tmp_path / "out" / "own.jsonl.partial").exists()
+    assert all(r["relabelled"] == {"belief": "bayes filter", "action": "as played"} for r in own)
+    assert all(r["agent"] == "heuristic" and r["score"] == p["score"] for r, p in zip(own, played, strict=True))
+    sidecar = yaml.safe_load((tmp_path / "out" / "own.jsonl.config.yaml").read_text())
+    assert sidecar["restore_below"] is None and sidecar["_provenance"]["stage"] == "relabel"
+    assert "versions" in sidecar["_provenance"] and " relabel " in sidecar["_provenance"]["command"]
     code, out, _ = run_cli("relabel", str(tmp_path / "weeks.jsonl"))  # stdout by default
     assert code == 0 and [orjson.loads(line) for line in out.splitlines()] == own
 
@@ -113,7 +119,9 @@ def test_restore_labels_name_the_rules_action_where_a_meter_runs_low_and_keep_th
             assert {**label, "response": None} == {**kept, "response": None}  # the action field stays as played
             seen = step["meters"]
     assert changed > 0 and named > changed  # a random agent lets meters run low, and sometimes plays the rule
-    assert filtered_weeks(played, restore_below=0.0) == plain  # no meter is below 0: nothing is named
+    assert [w["relabelled"] for w in own] == [{"belief": "bayes filter", "action": "restore rule below 0.3"}] * 4
+    unlabelled = filtered_weeks(played, restore_below=0.0)  # no meter is below 0: nothing is named
+    assert [{**w, "relabelled": None} for w in unlabelled] == [{**w, "relabelled": None} for w in plain]
 
 
 def test_relabelling_in_batches_labels_each_week_as_alone(tmp_path: Path, monkeypatch) -> None:

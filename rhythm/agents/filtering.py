@@ -71,6 +71,8 @@ def filtered_weeks(records: list[dict[str, Any]], restore_below: float | None = 
     teacher's belief at the states the recorded agent reached, its actions as played (``rhythm relabel``, the
     quickstart's ``dagger`` stage). With ``restore_below``, the action is the restore rule's wherever a meter is
     below it and the rule names one (:func:`rhythm.agents.restore.restore_labels`; docs/grpo-ablation.md, twenty-seventh
-    round)."""
+    round). Each week says so in ``relabelled``; its ``agent``, ``score`` and ``config_hash`` stay those of the
+    week as played."""
     labels = restore_labels(records, restore_below) if restore_below is not None else None
-    return with_beliefs(records, filter_beliefs(records), labels)
+    how = {"belief": "bayes filter", "action": "as played" if labels is None else f"restore rule below {restore_below}"}
+    return [{**week, "relabelled": how} for week in with_beliefs(records, filter_beliefs(records), labels)]

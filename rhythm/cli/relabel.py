@@ -32,10 +32,15 @@ def relabel_command(
       rhythm relabel own/eval_results_v2.episodes.jsonl -o own.jsonl --restore-below 0.25
       rhythm sft --config configs/sft-tiny-dagger.yaml --data data/teacher.jsonl,own.jsonl --model runs/quickstart-few/grpo
     """
+    from pathlib import Path
+
     from rhythm.agents.filtering import filtered_weeks
     from rhythm.cli.ui import err_console, progress_bars
+    from rhythm.config import write_config
     from rhythm.errors import RhythmError
+    from rhythm.provenance import command_line, now_iso, versions
     from rhythm.records import check_output, read_episodes, write_episodes
+    from rhythm.teacher.output import sidecar_path
 
     check_output(output, inputs=[episodes])
     records = [record for _, record in read_episodes(episodes)]
@@ -49,5 +54,8 @@ def relabel_command(
             weeks += filtered_weeks(batch, restore_below)
             advance(len(batch))
     written = write_episodes(output, weeks)
-    if output != "-":
+    if output != "-":  # what made the labels, beside them (as rhythm generate writes its config)
+        write_config({"episodes": episodes, "output": output, "restore_below": restore_below},
+                     sidecar_path(Path(output)), {"stage": "relabel", "command": command_line(), "created_at": now_iso(),
+                                                  "versions": versions()})
         err_console.print(f"relabelled {written} weeks -> {output}", markup=False, highlight=False)

@@ -80,6 +80,12 @@ def conditions_of(name: str) -> list[str]:
     return [name]
 
 
+HOW_NOT_WHAT = ("output", "llm.concurrency", "llm.max_retries", "llm.timeout_s", "llm.max_cost_usd", "llm.prices",
+                "llm.max_consecutive_failures")
+"""Settings that do not change an eval's results (where they go, how requests are sent): out of its ``config_hash``.
+``model.batch_size`` stays in: sampled decoding (``model.do_sample``) depends on which weeks share a batch."""
+
+
 def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
     if cfg.seeds:
         return parse_seeds(cfg.seeds)
@@ -223,7 +229,7 @@ def evaluate(
     :func:`make_agents`, when already built.
     """
     validate(cfg)
-    chash = config_hash(cfg)
+    chash = config_hash(cfg, ignore=HOW_NOT_WHAT)
     results: dict[str, Any] = {
         "agent": cfg.agent,
         "display_name": display_name(cfg.agent),

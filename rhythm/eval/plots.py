@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rhythm.config import write_config
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name, start_of_sft
@@ -34,6 +35,7 @@ from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
 from rhythm.eval.tables import seeds_notes
 from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
+from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import check_output, iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
@@ -48,6 +50,7 @@ PUBLISHED_STUDENT_BELIEF_MAE: dict[str, float] = {"in-dist": 0.216, "ood": 0.263
 """Published 3B student's belief MAE (at the last step)."""
 
 LOG_FILE = "training_log.jsonl"
+PLOT_CONFIG = "plot_config.yaml"
 
 _FIXED_COLORS = {
     display_name(agent): color
@@ -604,4 +607,7 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
         summary.written.append(plot_training(logs, out / "training_loss.png", cfg.dpi))
     else:
         summary.notes.append("no --log given: training_loss.png not written")
+    write_config(cfg, out / PLOT_CONFIG, {  # what the images were drawn from, beside them
+        "stage": "plot", "command": command_line(), "created_at": now_iso(), "versions": versions(),
+        "written": [p.name for p in summary.written], "notes": summary.notes})
     return summary

@@ -40,7 +40,8 @@ class ModelOptions:
     max_new_tokens: int = 160
     """Reply budget per step (the protocol lines alone are ~12 tokens of the tiny tokenizer)."""
     do_sample: bool = False
-    """Greedy by default; set true (with temperature/top_p) to sample."""
+    """Greedy by default; set true (with temperature/top_p) to sample. Sampled weeks repeat for the same seeds and
+    ``batch_size``, not across them: one generator draws for a whole batch, so which weeks share it matters."""
     temperature: float = 1.0
     top_p: float = 1.0
     device: str = "auto"

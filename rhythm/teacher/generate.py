@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, wait
 
 import orjson
 
@@ -22,14 +21,13 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
-from rhythm.config import config_hash
 from rhythm.env.constants import CONDITIONS, SPLITS
 from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
 from rhythm.records import check_output, dumps
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.llm_generate import generate_llm, target_of
-from rhythm.teacher.output import GenerateConfig, GenerateSummary, open_output
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, data_hash, open_output
 from rhythm.workers import worker_pool
 
 __all__ = ["GenerateConfig", "GenerateSummary", "generate", "summary_line", "validate"]
@@ -88,7 +86,7 @@ def _generate(
     if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
         # API teachers: async, in one process
         return generate_llm(cfg, seeds, progress=progress, on_total=on_total)
-    chash = config_hash(cfg)
+    chash = data_hash(cfg)
     started = time.perf_counter()
     scores: list[float] = []
     with open_output(cfg, seeds, cfg, chash, on_total) as (writer, todo, summary):
@@ -111,11 +109,9 @@ def _generate(
         else:
             pool = worker_pool(cfg.concurrency)
             try:
-                pending = {pool.submit(_play_chunk, *args, chunk, chash) for chunk in chunks}
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        emit(fut.result())
+                futures = [pool.submit(_play_chunk, *args, chunk, chash) for chunk in chunks]
+                for fut in futures:  # written in seed order, as one process would: the file does not depend on timing
+                    emit(fut.result())
             finally:  # on an error or Ctrl-C, chunks not started are dropped rather than played unseen
                 pool.shutdown(wait=True, cancel_futures=True)
     summary.seconds = time.perf_counter() - started

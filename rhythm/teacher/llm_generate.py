@@ -40,7 +40,6 @@ from typing import Any
 import orjson
 
 from rhythm.agents.episodes import finish_episode, make_step
-from rhythm.config import config_hash
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.env.rhythm_env import RhythmEnv
 from rhythm.model.llm_client import (
@@ -57,7 +56,7 @@ from rhythm.model.llm_client import (
 from rhythm.protocol import conversation
 from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
-from rhythm.teacher.output import GenerateConfig, GenerateSummary, open_output
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, data_hash, open_output
 
 
 @dataclass
@@ -284,7 +283,7 @@ def generate_llm(
     """
     target = target_of(cfg)
     recorded = written_config(cfg)
-    chash = config_hash(recorded)
+    chash = data_hash(recorded)
     started = time.perf_counter()
     with open_output(cfg, seeds, recorded, chash, on_total, {"endpoint": target.url}) as (writer, todo, summary):
         out_path = None if cfg.output == "-" else Path(cfg.output)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rhythm.agents.teachers import TeacherConfig
-from rhythm.config import write_config
+from rhythm.config import config_hash, write_config
+from rhythm.errors import RhythmError
 from rhythm.model.llm_client import LLMConfig
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import JsonlWriter, done_keys
@@ -64,6 +65,19 @@ def sidecar_path(output: str | Path) -> Path:
     return Path(str(output) + ".config.yaml")
 
 
+HOW_NOT_WHAT = ("seeds", "condition", "split", "output", "concurrency", "chunk", "resume", "llm.base_url", "llm.endpoint",
+                "llm.concurrency", "llm.max_retries", "llm.timeout_s", "llm.max_cost_usd", "llm.prices",
+                "llm.max_consecutive_failures")
+"""Settings that do not change a week: which people (each record names its own), where they go, which server
+answers for the model (the sidecar records it), how many at once, retries and budget. The records' ``config_hash``
+leaves them out, so a resumed or a parallel run matches."""
+
+
+def data_hash(recorded: GenerateConfig) -> str:
+    """The ``config_hash`` every record of a generate run carries: the teacher and its settings."""
+    return config_hash(recorded, ignore=HOW_NOT_WHAT)
+
+
 @contextmanager
 def open_output(
     cfg: GenerateConfig,
@@ -77,7 +91,11 @@ def open_output(
     write the effective config ``recorded`` beside a file output, and yield the writer, the seeds still
     to play and the summary to fill."""
     out_path = None if cfg.output == "-" else Path(cfg.output)
-    done = done_keys(out_path) if (cfg.resume and out_path is not None) else set()
+    done = done_keys(out_path) if (cfg.resume and out_path is not None) else {}
+    other = sorted({h for h in done.values() if h != chash}, key=str)
+    if other:
+        raise RhythmError(f"{cfg.output} holds weeks made with other settings (config_hash {', '.join(map(str, other))}; "
+                          f"these are {chash}): --resume would mix them; give another --output, or drop --resume")
     todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
     summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
     if on_total:

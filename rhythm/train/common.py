@@ -22,7 +22,7 @@ from rhythm.config import NonNegative, Positive, Share, check_bounds, load_confi
 from rhythm.errors import RhythmError
 from rhythm.provenance import command_line, now_iso, versions
 from rhythm.records import check_output
-from rhythm.train.hub import push_folder
+from rhythm.train.hub import model_card, push_folder
 from rhythm.train.jobs import JobsConfig
 
 LOG_NAME = "training_log.jsonl"
@@ -290,6 +290,9 @@ def write_summary(cfg: Any, stage: str, summary: dict[str, Any], commit_message:
     ``hub_model_id`` and the summary, written again, holds its URL."""
     out = Path(cfg.output_dir)
     write_json(out / f"{stage}_summary.json", summary)
+    card = model_card(cfg.hub_model_id or str(out), out)
+    if card is not None:  # in place of TRL's card, which names no local base model
+        (out / "README.md").write_text(card)
     if cfg.push_to_hub:
         summary["hub_url"] = push_folder(out, cfg.hub_model_id, private=cfg.hub_private, commit_message=commit_message)
         say(f"pushed {out} to {summary['hub_url']}")

@@ -253,40 +253,56 @@ def _fmt(v: float | None) -> str:
 
 
 def model_card(repo_id: str, folder: str | Path) -> str | None:
-    """README.md of a trained student, from an SFT run folder (None when the folder is not one)."""
+    """README.md of a trained student, from an SFT or GRPO run folder (None when the folder is neither); it
+    replaces the card TRL writes, which cannot name a local base model."""
     folder = Path(folder)
-    summary_path, config_path = folder / "sft_summary.json", folder / "sft_config.yaml"
-    if not summary_path.is_file() or not config_path.is_file():
+    for stage in ("grpo", "sft"):
+        summary_path, config_path = folder / f"{stage}_summary.json", folder / f"{stage}_config.yaml"
+        if summary_path.is_file() and config_path.is_file():
+            break
+    else:
         return None
     summary = orjson.loads(summary_path.read_bytes())
     config = yaml.safe_load(config_path.read_text()) or {}
-    base = str(config.get("model_name_or_path", ""))
-    meta: dict[str, Any] = {"library_name": "peft" if summary.get("adapter") else "transformers",
-                            "tags": ["rhythm", "trl", "sft", "lora" if summary.get("adapter") else "full-finetune"]}
+    adapter = (folder / "adapter_config.json").is_file() or (stage == "sft" and bool(summary.get("adapter")))
+    base = str(summary.get("base") or "") if stage == "grpo" else str(config.get("model_name_or_path", ""))
+    meta: dict[str, Any] = {"library_name": "peft" if adapter else "transformers",
+                            "tags": ["rhythm", "trl", stage, "lora" if adapter else "full-finetune"]}
     if base.count("/") == 1 and not Path(base).exists():
         meta["base_model"] = base
-    data = summary.get("data") or {}
     load = (
         f"from peft import AutoPeftModelForCausalLM\nmodel = AutoPeftModelForCausalLM.from_pretrained(\"{repo_id}\")"
-        if summary.get("adapter")
+        if adapter
         else f"from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained(\"{repo_id}\")"
     )
+    if stage == "sft":
+        data = summary.get("data") or {}
+        how = (f"A student distilled from rhythm teacher episodes with TRL `SFTTrainer`{' and a LoRA adapter' if adapter else ''}:\n"
+               "it reads the observation text and replies with reasoning that ends in `BELIEF:` and `ACTION:` lines.")
+        rows = (f"| data | {', '.join(f'`{Path(f).name}`' for f in data.get('files', []))}: {data.get('train_examples')} train / "
+                f"{data.get('validation_examples')} validation examples ({data.get('train_episodes')} / "
+                f"{data.get('validation_episodes')} episodes) |\n"
+                f"| steps / epochs | {summary.get('global_step')} / {_fmt(summary.get('epochs'))} |\n"
+                f"| train loss (first -> last) | {_fmt(summary.get('train_loss_first'))} -> {_fmt(summary.get('train_loss_last'))} |\n"
+                f"| validation loss (first -> last) | {_fmt(summary.get('eval_loss_first'))} -> {_fmt(summary.get('eval_loss_last'))} |")
+        files = "`training_log.jsonl` the loss per step, `data_report.json` what was dropped from the data and why"
+    else:
+        how = ("A rhythm student refined with TRL `GRPOTrainer` on rewards from the benchmark's environment "
+               f"(`{summary.get('mode')}` mode; docs/grpo.md).")
+        rows = (f"| steps | {summary.get('global_step')} |\n"
+                f"| reward (first -> last logged) | {_fmt(summary.get('reward_first'))} -> {_fmt(summary.get('reward_last'))} |")
+        files = "`training_log.jsonl` the reward and the can-it-learn figures per step, `reward_log.jsonl` every scored reply"
     return _card("model", meta, f"""
 # {repo_id.split('/')[-1]}
 
-A student distilled from rhythm teacher episodes with TRL `SFTTrainer`{' and a LoRA adapter' if summary.get('adapter') else ''}:
-it reads the observation text and replies with reasoning that ends in `BELIEF:` and `ACTION:` lines.
+{how}
 
 | | |
 |---|---|
 | base model | `{base}` |
-| data | {', '.join(f'`{Path(f).name}`' for f in data.get('files', []))}: {data.get('train_examples')} train / {data.get('validation_examples')} validation examples ({data.get('train_episodes')} / {data.get('validation_episodes')} episodes) |
-| steps / epochs | {summary.get('global_step')} / {_fmt(summary.get('epochs'))} |
-| train loss (first -> last) | {_fmt(summary.get('train_loss_first'))} -> {_fmt(summary.get('train_loss_last'))} |
-| validation loss (first -> last) | {_fmt(summary.get('eval_loss_first'))} -> {_fmt(summary.get('eval_loss_last'))} |
+{rows}
 
-`sft_config.yaml` is the effective config (with package versions), `training_log.jsonl` the loss per
-step, `data_report.json` what was dropped from the data and why.
+`{stage}_config.yaml` is the effective config (with package versions), {files}.
 
 ```python
 {load}

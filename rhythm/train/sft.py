@@ -25,6 +25,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 from rhythm.agents.tiny import resolve_model
 from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
@@ -254,6 +256,7 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
     main = trainer.is_world_process_zero()
     if main:
         write_run_start(run, "sft", REPORT_NAME, "data_report", say)
+    resumed_at = _restore_token_count(trainer, run.resume)
     train_result = trainer.train(resume_from_checkpoint=run.resume)
     evaluated = any("eval_loss" in e and e.get("step") == trainer.state.global_step for e in trainer.state.log_history)
     if trainer.eval_dataset is not None and not evaluated:  # the final validation loss
@@ -270,7 +273,8 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
         "epochs": trainer.state.epoch,
         "train_loss_first": train_losses[0] if train_losses else None,
         "train_loss_last": train_losses[-1] if train_losses else None,
-        "train_loss_mean": train_result.training_loss,
+        "train_loss_mean": train_result.training_loss,  # over the steps this run trained (after resumed_from_step)
+        "resumed_from_step": resumed_at,
         "eval_loss_first": eval_losses[0] if eval_losses else None,
         "eval_loss_last": eval_losses[-1] if eval_losses else None,
         "train_tokens": max((int(e.get("num_tokens", 0)) for e in history), default=0),
@@ -282,6 +286,17 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
     if main:
         write_summary(cfg, "sft", summary, f"rhythm sft: {summary['global_step']} steps, eval loss {summary['eval_loss_last']}", say)
     return summary
+
+
+def _restore_token_count(trainer: Any, checkpoint: str | None) -> int | None:
+    """On resume, the tokens seen before the checkpoint (its last logged ``num_tokens``), so the count goes on
+    rather than restarting; returns the checkpoint's step (None for a fresh run)."""
+    if checkpoint is None:
+        return None
+    state = orjson.loads((Path(checkpoint) / "trainer_state.json").read_bytes())
+    seen = [e["num_tokens"] for e in state.get("log_history", []) if isinstance(e.get("num_tokens"), (int, float))]
+    trainer._total_train_tokens = int(max(seen, default=0))
+    return int(state.get("global_step", 0))
 
 
 def main(argv: list[str] | None = None) -> int:

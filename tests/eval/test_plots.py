@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+import yaml
 
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.errors import RhythmError
@@ -218,6 +219,10 @@ def _write(path: Path, data: bytes) -> Path:
 def test_make_plots_is_a_library_call(bayes_results: Path, tmp_path: Path) -> None:
     summary = make_plots(PlotConfig(results=[str(bayes_results)], out=str(tmp_path / "lib"), dpi=60))
     assert [p.name for p in summary.written] == ["final_scores.png", "belief_accuracy.png"]
+    recorded = yaml.safe_load((tmp_path / "lib" / "plot_config.yaml").read_text())  # what they were drawn from
+    assert recorded["results"] == [str(bayes_results)] and recorded["dpi"] == 60
+    assert recorded["_provenance"]["written"] == ["final_scores.png", "belief_accuracy.png"]
+    assert "versions" in recorded["_provenance"]
     small = png_size(summary.written[0])
     big = png_size(make_plots(PlotConfig(results=[str(bayes_results)], out=str(tmp_path / "big"), dpi=120)).written[0])
     assert big[0] == pytest.approx(2 * small[0], rel=0.05)

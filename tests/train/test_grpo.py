@@ -180,6 +180,8 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
     said = " ".join(err.split())  # the console wraps long lines
     assert "grpo (step): 3 steps" in said and "student rollouts: 1 episodes played" in said
     assert "{'loss'" not in err  # -q: the log entries go to training_log.jsonl, not the terminal
+    card = (out / "README.md").read_text()
+    assert "[None]" not in card and f"| base model | `{sft_out}` |" in card and "| steps | 3 |" in card
     for name in ("model.safetensors", "config.json", "tokenizer.json", "grpo_config.yaml", "training_log.jsonl",
                  "reward_log.jsonl", "prompts_report.json", "grpo_summary.json", "student_rollouts.jsonl"):
         assert (out / name).exists(), name

@@ -63,6 +63,8 @@ def test_sft_command_trains_and_prints_the_summary(run_cli, tmp_path, teacher, t
     assert summary["global_step"] == 2 and summary["output_dir"] == str(out) and summary["eval_loss_last"] is None
     assert "sft: 2 steps, train loss" in err and (out / "model.safetensors").exists()  # sft-tiny trains every weight
     assert "{'loss'" not in err  # -q: the log entries go to training_log.jsonl, not the terminal
+    card = (out / "README.md").read_text()  # ours, not TRL's (which names no local base: "[None]")
+    assert "[None]" not in card and "| base model | `rhythm-tiny` |" in card and "| steps / epochs | 2 /" in card
 
 
 def test_the_python_m_entry_takes_rhythm_sfts_set_syntax(capsys):

@@ -169,6 +169,10 @@ def test_resume_continues_from_the_checkpoint(sft_run, tmp_path):
     assert [e["step"] for e in log[n:] if "loss" in e] == [35]  # no step logged twice, none before the checkpoint
     assert [e["step"] for e in log[n:] if "eval_loss" in e] == [35]
     assert "train_runtime" in log[-1]
+    before = max(e["num_tokens"] for e in state["log_history"] if "num_tokens" in e)
+    after = [e["num_tokens"] for e in log[n:] if "num_tokens" in e]
+    assert after and min(after) > before, "the token count goes on from the checkpoint's"
+    assert summary["resumed_from_step"] == 30 and summary["train_tokens"] == max(after)
 
 
 def _masked_batch(tmp_path, tiny_student, data, chat_template: str | None):
