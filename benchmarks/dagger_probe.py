@@ -21,13 +21,13 @@ week as one SFT conversation (a transcript cannot show the student's reply and l
 
 Run (docs/student.md, rows D1 and D2)::
 
-    python benchmarks/dagger_probe.py --model runs/sft --seeds 4800-5759 --output data/dagger.jsonl
-    python benchmarks/dagger_probe.py --model runs/sft --seeds 4800-5759 --output data/dagger-own.jsonl --actions student
-    python benchmarks/dagger_probe.py --model runs/sft --seeds 5000-6023 --output data/dagger-oracle.jsonl --actions oracle --beta 0.5
-    rhythm sft --config configs/sft-tiny.yaml --data data/dagger.jsonl --model runs/sft -o runs/sft-dagger \\
+    python benchmarks/dagger_probe.py --model runs/quickstart/sft --seeds 4800-5759 --output data/dagger.jsonl
+    python benchmarks/dagger_probe.py --model runs/quickstart/sft --seeds 4800-5759 --output data/dagger-own.jsonl --actions student
+    python benchmarks/dagger_probe.py --model runs/quickstart/sft --seeds 5000-6023 --output data/dagger-oracle.jsonl --actions oracle --beta 0.5
+    rhythm sft --config configs/sft-tiny.yaml --data data/dagger.jsonl --model runs/quickstart/sft -o runs/sft-dagger \\
         --set learning_rate=1e-3 --set lr_scheduler_type=cosine --set max_steps=120
     python benchmarks/dagger_probe.py sft --config configs/sft-tiny.yaml --set data=data/dagger-own.jsonl \\
-        --set model_name_or_path=runs/sft --set output_dir=runs/sft-dagger-own \\
+        --set model_name_or_path=runs/quickstart/sft --set output_dir=runs/sft-dagger-own \\
         --set learning_rate=1e-3 --set lr_scheduler_type=cosine --set max_steps=120
 
 Seeds are in-dist, train split: keep them apart from the teacher data's and from the free-play seeds

@@ -38,7 +38,7 @@ def paired_command(
 
     \b
     Examples:
-      rhythm analyze paired runs/eval/sft/eval_results_v2.episodes.jsonl runs/eval/grpo/eval_results_v2.episodes.jsonl
+      rhythm analyze paired runs/quickstart/eval/sft/eval_results_v2.episodes.jsonl runs/quickstart/eval/grpo/eval_results_v2.episodes.jsonl
       rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric crashes:S    # serenity crashes a week
       rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric belief_mae   # the last belief's error
       rhythm analyze paired FEW_SFT.episodes.jsonl REFINED.episodes.jsonl --target FULL_SFT.episodes.jsonl
@@ -114,7 +114,7 @@ def teacher_forced_command(
 
     \b
     Examples:
-      rhythm analyze teacher-forced runs/quickstart/sft data/heldout.jsonl --actions
+      rhythm analyze teacher-forced runs/quickstart/sft runs/quickstart/data/teacher.jsonl --actions
     """
     from rhythm.eval.teacher_forced import probe_report
 

@@ -32,7 +32,7 @@ def grpo_command(
 
     \b
     Examples:
-      rhythm grpo --config configs/grpo-tiny.yaml      # from runs/sft-tiny -> runs/grpo-tiny
+      rhythm grpo --config configs/grpo-tiny.yaml --data data/teacher_30ep.jsonl   # from runs/sft-tiny -> runs/grpo-tiny
       rhythm grpo --flavor a10g-large      # YOU/rhythm-sft -> YOU/rhythm-grpo on Jobs
     """
     from rhythm.cli.stage import run_stage

@@ -5,7 +5,7 @@
     rhythm grpo --config configs/grpo-tiny.yaml --adapter runs/sft-tiny --set mode=episode               # whole weeks
     rhythm grpo --config configs/grpo.yaml --flavor a10g-large --set adapter=me/rhythm-sft \\
         --set hub_model_id=me/rhythm-grpo --set jobs.data_repo=me/rhythm-teacher                              # Hugging Face Jobs
-    accelerate launch -m rhythm.train.grpo --config configs/grpo.yaml --set adapter=runs/sft --set data=...           # several GPUs
+    accelerate launch -m rhythm.train.grpo --config configs/grpo.yaml --set adapter=runs/sft-qwen2.5-3b --set data=...           # several GPUs
 
 The policy is the SFT LoRA adapter loaded onto its base with ``is_trainable=True`` (without an adapter, a
 fresh LoRA on ``model_name_or_path``; with ``use_peft: false``, every weight of a full model, as the tiny student
