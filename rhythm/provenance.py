@@ -54,6 +54,11 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def made_by(**extra: object) -> dict[str, object]:
+    """The provenance written beside an output: the command, when, ``extra`` (the stage's own keys), the versions."""
+    return {"command": command_line(), "created_at": now_iso(), **extra, "versions": versions()}
+
+
 def command_line() -> str:
     """The running command as it was typed: ``rhythm ...`` (the console script), ``python -m MODULE ...`` (what
     ``accelerate launch -m`` and Hugging Face Jobs run) or ``python SCRIPT ...`` (a benchmark)."""

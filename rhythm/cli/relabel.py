@@ -38,7 +38,7 @@ def relabel_command(
     from rhythm.cli.ui import err_console, progress_bars
     from rhythm.config import write_config
     from rhythm.errors import RhythmError
-    from rhythm.provenance import command_line, now_iso, versions
+    from rhythm.provenance import made_by
     from rhythm.records import check_output, read_episodes, write_episodes
     from rhythm.teacher.output import sidecar_path
 
@@ -56,6 +56,5 @@ def relabel_command(
     written = write_episodes(output, weeks)
     if output != "-":  # what made the labels, beside them (as rhythm generate writes its config)
         write_config({"episodes": episodes, "output": output, "restore_below": restore_below},
-                     sidecar_path(Path(output)), {"stage": "relabel", "command": command_line(), "created_at": now_iso(),
-                                                  "versions": versions()})
+                     sidecar_path(Path(output)), made_by(stage="relabel"))
         err_console.print(f"relabelled {written} weeks -> {output}", markup=False, highlight=False)

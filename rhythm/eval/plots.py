@@ -35,7 +35,7 @@ from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
 from rhythm.eval.tables import seeds_notes
 from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
-from rhythm.provenance import command_line, now_iso, versions
+from rhythm.provenance import made_by
 from rhythm.records import check_output, iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
@@ -339,7 +339,8 @@ def belief_accuracy_figure(curves: list[BeliefCurve]) -> Any:
             ax.fill_between(steps, cv.low, cv.high, color=color, alpha=0.18, linewidth=0)
             ymax = max(ymax, float(np.nanmax(cv.high)))
         priors = [cv.prior for cv in drawn] or [cv.prior for cv in group]
-        if max(priors) - min(priors) < 1e-9:  # every curve on the same people: one line
+        same_people = max(priors) - min(priors) < 1e-9
+        if same_people:  # one line
             ax.axhline(priors[0], color="black", linestyle="--", linewidth=1.4, label="constant prior guess (same episodes)")
         else:  # different people: each curve's own prior, in its colour
             for cv in drawn:
@@ -359,7 +360,7 @@ def belief_accuracy_figure(curves: list[BeliefCurve]) -> Any:
         for day in range(1, EPISODE_STEPS // N_SLOTS):
             ax.axvline(day * N_SLOTS + 0.5, color="#e0e0e0", linewidth=0.8, zorder=0)
         size = f"n={sizes.pop()}" if len(sizes) == 1 else "n in the legend"
-        guess = f"constant prior MAE {prior:.3f}" if max(priors) - min(priors) < 1e-9 else "different people"
+        guess = f"constant prior MAE {prior:.3f}" if same_people else "different people"
         ax.set_title(f"{cond}  ({size}; {guess})", fontsize=11)
         ax.set_xlabel("step (belief stated with that step's action; grey lines: day boundaries)", fontsize=9)
         ax.set_xlim(0.5, EPISODE_STEPS + 0.5)
@@ -607,7 +608,6 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
         summary.written.append(plot_training(logs, out / "training_loss.png", cfg.dpi))
     else:
         summary.notes.append("no --log given: training_loss.png not written")
-    write_config(cfg, out / PLOT_CONFIG, {  # what the images were drawn from, beside them
-        "stage": "plot", "command": command_line(), "created_at": now_iso(), "versions": versions(),
-        "written": [p.name for p in summary.written], "notes": summary.notes})
+    write_config(cfg, out / PLOT_CONFIG, made_by(  # what the images were drawn from, beside them
+        stage="plot", written=[p.name for p in summary.written], notes=summary.notes))
     return summary

@@ -22,10 +22,12 @@ def agent_rows(results: list[EvalResults]) -> dict[str, dict[str, dict[str, Any]
     the agent string. An agent that two files evaluated in one condition is refused (which one would the table
     show?); a reference comes from the first file that played it."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
+    evaluated: set[tuple[str, str]] = set()
     for res in results:
         for cond, r in res.conditions.items():
-            if cond in rows.get(res.agent, {}) and rows[res.agent][cond]["ci"] is not None:
+            if (res.agent, cond) in evaluated:
                 raise RhythmError(f"{res.name} is evaluated in {cond} by two of the files; tabulate one of them")
+            evaluated.add((res.agent, cond))
             rows.setdefault(res.agent, {})[cond] = {
                 "v3": r.final_score.mean,
                 "v2": r.final_score_v2.mean,

@@ -13,7 +13,7 @@ from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_hash, write_config
 from rhythm.errors import RhythmError
 from rhythm.model.llm_client import LLMConfig
-from rhythm.provenance import command_line, now_iso, versions
+from rhythm.provenance import made_by
 from rhythm.records import JsonlWriter, done_keys
 
 
@@ -103,6 +103,5 @@ def open_output(
     with JsonlWriter(cfg.output, resume=cfg.resume) as writer:
         summary.repaired_bytes = writer.repaired
         if out_path is not None:
-            provenance = {"versions": versions(), "command": command_line(), "created_at": now_iso(), "config_hash": chash}
-            write_config(recorded, sidecar_path(out_path), {**provenance, **(extra or {})})
+            write_config(recorded, sidecar_path(out_path), made_by(config_hash=chash, **(extra or {})))
         yield writer, todo, summary

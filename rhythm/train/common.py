@@ -20,7 +20,7 @@ from annotated_types import Ge, Gt
 
 from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
 from rhythm.errors import RhythmError
-from rhythm.provenance import command_line, now_iso, versions
+from rhythm.provenance import made_by
 from rhythm.records import check_output
 from rhythm.train.hub import model_card, push_folder
 from rhythm.train.jobs import JobsConfig
@@ -280,8 +280,7 @@ def write_run_start(run: Any, stage: str, report_name: str, report_key: str, say
     say(run.report.summary_line())
     write_json(out / report_name, run.report.to_dict())
     write_config(run.cfg, out / f"{stage}_config.yaml", extra={
-        "stage": stage, "created_at": now_iso(), "command": command_line(), "resolved": run.resolved, **provenance,
-        "versions": versions(), report_key: run.report.to_dict(),
+        **made_by(stage=stage, resolved=run.resolved, **provenance), report_key: run.report.to_dict(),
     })
 
 
