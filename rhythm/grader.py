@@ -62,6 +62,15 @@ def prior_mae(condition: str, truth: np.ndarray) -> np.ndarray:
     return belief_mae(np.asarray(PRIOR_MEAN[condition]), truth)
 
 
+def prior_mae_beside(priors: np.ndarray | Sequence[float], stated: np.ndarray | Sequence[bool]) -> float:
+    """The prior's MAE that a report shows beside a mean belief MAE: the mean of the weeks' ``priors``
+    (:func:`prior_mae`) over the weeks that mean covers (``stated``: those that stated the belief it grades), over
+    all of them when none did. The one rule the eval summary, reeval, the belief-steps table and the plots follow,
+    so an agent's figure and the prior's always compare the same people."""
+    priors, stated = np.asarray(priors, dtype=np.float64), np.asarray(stated, dtype=bool)
+    return float(priors[stated].mean() if stated.any() else priors.mean())
+
+
 def behaviour_score(returns: np.ndarray | float) -> np.ndarray | float:
     """The return mapped linearly from [RETURN_LOW, RETURN_HIGH] to [0, 1], clipped."""
     out = np.clip((np.asarray(returns, dtype=np.float64) - RETURN_LOW) / (RETURN_HIGH - RETURN_LOW), 0.0, 1.0)

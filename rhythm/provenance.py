@@ -4,10 +4,13 @@ stage writes so a number can always be traced to the code and settings that prod
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import platform
 import shlex
 import sys
+from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 
 from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
@@ -70,3 +73,17 @@ def command_line() -> str:
     else:
         head = ["rhythm"]
     return shlex.join([*head, *sys.argv[1:]])
+
+
+def file_digest(path: str | Path, keep: Callable[[Path], bool] = lambda rel: True) -> str:
+    """sha256 (16 hex) of a file, or of the files under a directory whose relative path ``keep`` accepts (names and
+    contents, sorted): what a stage stamp or an eval records of the inputs a result was made from."""
+    p = Path(path)
+    h = hashlib.sha256()
+    files = sorted(x for x in p.rglob("*") if x.is_file() and keep(x.relative_to(p))) if p.is_dir() else [p]
+    for f in files:
+        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]

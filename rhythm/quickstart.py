@@ -49,7 +49,7 @@ from rhythm.eval.reeval import ReevalConfig, reeval
 from rhythm.eval.results import EvalResults
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
-from rhythm.provenance import now_iso, package_version, versions
+from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.common import data_paths
@@ -127,17 +127,9 @@ class QuickstartConfig:
     seeds from 100000 on, which no teacher data of the quickstart uses."""
 
 
-def file_digest(path: str | Path) -> str:
-    """sha256 of a file, or of every file under a directory (names and contents, sorted)."""
-    p = Path(path)
-    h = hashlib.sha256()
-    files = sorted(x for x in p.rglob("*") if x.is_file() and x.name != STAMP) if p.is_dir() else [p]
-    for f in files:
-        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
+def stage_digest(path: str | Path) -> str:
+    """:func:`rhythm.provenance.file_digest` of a stage's input: a file, or a folder less its stage stamp."""
+    return file_digest(path, keep=lambda rel: rel.name != STAMP)
 
 
 def _stamp(config: Any, inputs: list[str | Path], root: Path) -> dict[str, Any]:
@@ -149,7 +141,7 @@ def _stamp(config: Any, inputs: list[str | Path], root: Path) -> dict[str, Any]:
     config_text = orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS).decode().replace(str(root), "<out>")
     return {"package_version": package_version(), "env_version": ENV_VERSION, "tiny_student": tiny_student_name(),
             "config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
-            "inputs": {name(i): file_digest(i) for i in inputs}}
+            "inputs": {name(i): stage_digest(i) for i in inputs}}
 
 
 def _why_stale(old: dict[str, Any], new: dict[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ import io
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -89,6 +89,15 @@ class EpisodeRecord:
         }
         d.update(self.extra)
         return d
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> EpisodeRecord:
+        """The record a line of a JSONL holds (one :meth:`to_dict` wrote); keys it does not name go to ``extra``,
+        so ``from_dict(d).to_dict() == d``."""
+        d = dict(record)
+        steps = [StepRecord(**{"explored": False, **s}) for s in d.pop("steps")]
+        known = {f.name for f in fields(cls)} - {"steps", "extra"}
+        return cls(steps=steps, **{k: d.pop(k) for k in list(d) if k in known}, extra=d)
 
 
 def episode_key(record: dict[str, Any]) -> tuple[str, str, int]:

@@ -151,3 +151,20 @@ def test_reeval_still_reads_a_v1_file(tmp_path: Path, run_cli) -> None:
     assert code == 0
     v1, v2 = (orjson.loads((tmp_path / n).read_bytes()) for n in ("v1.json", "v2.json"))
     assert v1["flagged"] == [] and v1["episodes"] == 3 and v1["groups"] == v2["groups"]
+
+
+def test_reeval_shows_the_priors_error_on_the_weeks_that_stated_a_belief(tmp_path: Path) -> None:
+    """As in the eval summary: a week whose last step states no belief has no belief error, and the prior's error
+    beside the mean leaves it out too (grader.prior_mae_beside)."""
+    from rhythm.eval.reeval import ReevalConfig, reeval
+
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-4", condition="ood", output=str(out)))
+    recs = _lines(out)
+    for r in recs[:3]:
+        r["steps"][-1]["belief"] = None
+    out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    group = reeval(ReevalConfig(jsonl=str(out), baselines=[]))["groups"][0]
+    priors = [r["score"]["belief_mae_prior"] for r in recs]
+    assert group["belief_mae_prior"] == pytest.approx((priors[3] + priors[4]) / 2, abs=1e-6)
+    assert group["belief_mae"]["mean"] == pytest.approx((recs[3]["score"]["belief_mae"] + recs[4]["score"]["belief_mae"]) / 2, abs=1e-6)

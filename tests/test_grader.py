@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rhythm.env.profiles import belief_of, sample_profiles
 from rhythm.grader import (
@@ -104,3 +106,12 @@ def test_every_truth_and_prior_mae_is_the_graders() -> None:
         assert priors == pytest.approx([r.score["belief_mae_prior"] for r in records], abs=1e-12)
         assert priors == pytest.approx(prior_mae(condition, truth), abs=1e-12)
         assert errors[:, -1] == pytest.approx([r.score["belief_mae"] for r in records], abs=1e-4)  # stored beliefs: 4 decimals
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.booleans()), min_size=1, max_size=30))
+def test_the_prior_beside_a_belief_error_averages_the_weeks_that_stated_one(weeks: list[tuple[float, bool]]) -> None:
+    from rhythm.grader import prior_mae_beside
+
+    priors, stated = [p for p, _ in weeks], [s for _, s in weeks]
+    kept = [p for p, s in weeks if s] or priors  # none stated: every week
+    assert prior_mae_beside(priors, stated) == pytest.approx(sum(kept) / len(kept))

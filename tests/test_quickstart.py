@@ -25,7 +25,15 @@ from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.locking import lock_path, output_lock
 from rhythm.protocol import parse_reply
-from rhythm.quickstart import STAMP, DaggerStage, QuickstartConfig, file_digest, paired_sentences, quickstart, run_stage
+from rhythm.quickstart import (
+    STAMP,
+    DaggerStage,
+    QuickstartConfig,
+    paired_sentences,
+    quickstart,
+    run_stage,
+    stage_digest,
+)
 from rhythm.records import read_episodes
 from tests.shared import QUICKSTART_MINI as MINI
 
@@ -153,12 +161,12 @@ def _killed_mid_sft_then_resumed(out: Path, tmp_path: Path, config: dict) -> Non
         # it holds the lock, and its data stage is over (the stamp says another env version, so it reran
         # generate: the data folder is final only once the next stage begins)
         _wait_for(lambda: "[reeval]" in first_err.read_text(), "its data stage ended", first)
-        before = file_digest(out / "data")
+        before = stage_digest(out / "data")
         with waiter_err.open("w") as err:  # started beside the refused run: both while the first still trains
             waiter = subprocess.Popen([*cmd, "--wait-lock"], stdout=subprocess.DEVNULL, stderr=err)
         refused = subprocess.run(cmd, capture_output=True, text=True)
         assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
-        assert "is being written by another rhythm run" in refused.stderr and file_digest(out / "data") == before
+        assert "is being written by another rhythm run" in refused.stderr and stage_digest(out / "data") == before
         _wait_for(lambda: "waiting for the other run" in waiter_err.read_text(), "the waiter waited", waiter)
         log = out / "sft" / "training_log.jsonl"  # the stale SFT folder (and its stamp) deleted, training begun
         _wait_for(lambda: not (out / "sft" / STAMP).exists() and log.exists() and log.stat().st_size > 0,
@@ -196,7 +204,7 @@ def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> N
     target.unlink()
     assert run({"k": 2}) is False  # output missing
     assert len(calls) == 4
-    assert file_digest(src) != file_digest(tmp_path / "stage")
+    assert stage_digest(src) != stage_digest(tmp_path / "stage")
     stamp = orjson.loads((tmp_path / "stage" / ".rhythm_stage.json").read_bytes())
     assert stamp["stage"] == "s" and stamp["info"] == {"n": 4}
 

@@ -131,3 +131,19 @@ def test_a_record_of_the_wrong_types_is_one_line_naming_it(tmp_path: Path, chang
         return
     with pytest.raises(RhythmError, match=re.escape("r.jsonl:2: ") + ".*" + re.escape(needle)):
         list(read_episodes(path))
+
+
+def test_a_record_read_back_from_its_line_is_the_record_written() -> None:
+    """``EpisodeRecord.from_dict`` (what ``rhythm eval --resume`` keeps) gives back the same line, keys it does not
+    name (a relabelled week's mark, an explored step) included."""
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
+    from rhythm.agents.registry import make_agent
+    from rhythm.records import EpisodeRecord, dumps
+
+    for record in play(make_agent("bayes"), [EpisodeSpec("ood", "eval", s) for s in range(2)]):
+        line = orjson.loads(dumps(record))
+        line["relabelled"] = {"beliefs": "bayes filter"}
+        line["steps"][3]["explored"] = True
+        again = EpisodeRecord.from_dict(line)
+        assert dumps(again) == dumps(line) and again.steps[3].explored and again.seed == record.seed

@@ -221,8 +221,10 @@ def play(
     config_hash: str = "",
     model: str | None = None,
     progress: ProgressFn | None = None,
+    on_batch: Callable[[list[EpisodeRecord]], None] | None = None,
 ) -> list[EpisodeRecord]:
-    """Play any episodes: grouped by (condition, split), in batches of ``batch_size`` (all if None)."""
+    """Play any episodes: grouped by (condition, split), in batches of ``batch_size`` (all if None);
+    ``on_batch`` sees each batch's records as soon as they are played (``rhythm eval`` writes them then)."""
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for spec in specs:
         groups[(spec.condition, spec.split)].append(spec.seed)
@@ -230,10 +232,9 @@ def play(
     for (condition, split), seeds in groups.items():
         size = batch_size or len(seeds)
         for start in range(0, len(seeds), size):
-            out.extend(
-                play_batch(
-                    agent, condition, split, seeds[start : start + size],
-                    config_hash=config_hash, model=model, progress=progress,
-                )
-            )
+            batch = play_batch(agent, condition, split, seeds[start : start + size], config_hash=config_hash,
+                               model=model, progress=progress)
+            if on_batch is not None:
+                on_batch(batch)
+            out.extend(batch)
     return out

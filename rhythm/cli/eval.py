@@ -28,6 +28,7 @@ def eval_command(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     wait_lock: WaitLockOpt = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Go on from the weeks a killed run with the same settings left in <episodes>.partial.")] = False,
 ) -> None:
     """Evaluate an agent on in-dist, ood and discrete (eval split), with 95% CIs and paired win rates.
 
@@ -35,6 +36,7 @@ def eval_command(
     Examples:
       rhythm eval --condition ood      # heuristic -> eval_results_v2.json
       rhythm eval --agent model:runs/sft-tiny --condition all -o runs/eval/eval_results_v2.json
+      rhythm eval --agent openai:gpt-4o-mini -o runs/eval-4o/eval_results_v2.json --resume   # after a crash or Ctrl-C
     """
     from rhythm.cli.report import print_eval_table
     from rhythm.cli.ui import err_console, progress_bars
@@ -50,6 +52,7 @@ def eval_command(
     cfg = load_config(EvalConfig, config, overrides(given, set_))
     validate(cfg)
     with progress_bars(disable=quiet) as bars:
-        results, path, ep_path = run_eval(cfg, progress_factory=bars, wait_lock=wait_lock, say=err_console.print)
+        results, path, ep_path = run_eval(cfg, progress_factory=bars, wait_lock=wait_lock, resume=resume,
+                                           say=err_console.print)
     print_eval_table(results)
     err_console.print(f"wrote {path} and {ep_path}")

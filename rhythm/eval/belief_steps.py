@@ -19,6 +19,7 @@ from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.plots import belief_errors
 from rhythm.eval.stats import bootstrap_ci, mean_ci
+from rhythm.grader import prior_mae_beside
 from rhythm.records import read_episodes
 
 DEFAULT_STEPS = (1, 4, 8, 16, EPISODE_STEPS)
@@ -60,9 +61,9 @@ def belief_steps(errors: np.ndarray, priors: np.ndarray, steps: tuple[int, ...])
     ci = mean_ci(last[stated])["ci95"]
     with np.errstate(invalid="ignore"):
         mae = tuple(float(np.nanmean(errors[:, s - 1])) if (~np.isnan(errors[:, s - 1])).any() else float("nan") for s in steps)
-    ratio = _over(float(last[stated].mean()), float(priors[stated].mean()))
-    return BeliefSteps(len(errors), tuple(steps), mae, (float(ci[0]), float(ci[1])), float(priors[stated].mean()),
-                       ratio, _ratio_ci(last[stated], priors[stated]), _over(mae[-1], mae[0]))
+    prior = prior_mae_beside(priors, stated)
+    return BeliefSteps(len(errors), tuple(steps), mae, (float(ci[0]), float(ci[1])), prior,
+                       _over(float(last[stated].mean()), prior), _ratio_ci(last[stated], priors[stated]), _over(mae[-1], mae[0]))
 
 
 def _over(a: float, b: float) -> float:

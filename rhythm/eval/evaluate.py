@@ -18,23 +18,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
+from rhythm.agents.tiny import resolve_model
 from rhythm.config import config_dict, config_hash
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
-from rhythm.grader import GRADERS, belief_mae_by_step, true_belief
+from rhythm.grader import GRADERS, belief_mae_by_step, prior_mae_beside, true_belief
 from rhythm.locking import output_lock
 from rhythm.model.llm_client import LLMConfig
-from rhythm.model.load import ModelOptions
+from rhythm.model.load import ModelOptions, weights_digest
 from rhythm.provenance import versions
-from rhythm.records import EpisodeRecord, JsonlWriter, check_output
+from rhythm.records import EpisodeRecord, JsonlWriter, check_episode, check_output, episode_key, iter_jsonl
 from rhythm.seeds import format_seeds, parse_seeds
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
@@ -130,9 +132,7 @@ def _scores(records: list[EpisodeRecord], key: str) -> np.ndarray:
 def prior_on_stated(records: list[EpisodeRecord]) -> float:
     """The constant prior guess's MAE on the episodes whose belief MAE is reported (those that stated a last
     belief), so the two compare the same people; on all episodes when none stated one."""
-    stated = ~np.isnan(_scores(records, "belief_mae"))
-    prior = _scores(records, "belief_mae_prior")
-    return round(float(prior[stated].mean() if stated.any() else prior.mean()), 6)
+    return round(prior_mae_beside(_scores(records, "belief_mae_prior"), ~np.isnan(_scores(records, "belief_mae"))), 6)
 
 
 def mean_belief_mae_by_step(records: list[EpisodeRecord], truth: np.ndarray) -> list[float | None]:
@@ -211,6 +211,20 @@ def played_key(cfg: EvalConfig, name: str, condition: str, seeds: list[int]) -> 
     return (name, config_hash(agent_options(cfg, name)), condition, cfg.split, format_seeds(seeds))
 
 
+LLM_BATCH_WAVES = 4
+"""``openai:`` / ``azure:`` agents play a condition in lockstep batches of this many times ``llm.concurrency``
+weeks, each written as it finishes (a killed run loses one batch); their replies do not depend on the batch."""
+
+
+def play_batch_size(cfg: EvalConfig, name: str) -> int | None:
+    """Weeks one agent plays in lockstep: ``model.batch_size`` for ``model:`` agents, a few waves of requests for
+    LLM agents, all of a condition for the scripted ones."""
+    kind = name.partition(":")[0]
+    if kind == "model":
+        return cfg.model.batch_size
+    return cfg.llm.concurrency * LLM_BATCH_WAVES if kind in ("openai", "azure") else None
+
+
 def evaluate(
     cfg: EvalConfig,
     *,
@@ -218,15 +232,17 @@ def evaluate(
     on_records: Callable[[str, str, list[EpisodeRecord]], None] | None = None,
     played_cache: PlayedCache | None = None,
     agents: dict[str, Any] | None = None,
+    done: dict[tuple[str, str, int], EpisodeRecord] | None = None,
 ) -> EvalResults:
     """Play the agent and its references on every requested condition; returns the results.
 
     ``progress_factory(label, total_steps)`` gives a progress callback per (agent, condition);
-    ``on_records(agent, condition, records)`` sees every batch of records as it is produced.
+    ``on_records(agent, condition, records)`` sees every batch of records as it is played.
     ``played_cache``, shared by several evaluations in one process (the quickstart evaluates three
     agents beside the same references), keeps the episodes of the scripted agents: they are
     deterministic in their settings and seeds, so each is played once. ``agents``: those of
-    :func:`make_agents`, when already built.
+    :func:`make_agents`, when already built. ``done``: the agent's weeks already played under this
+    config (``rhythm eval --resume``), keyed by (condition, split, seed); only the others are played.
     """
     validate(cfg)
     chash = config_hash(cfg, ignore=HOW_NOT_WHAT)
@@ -244,6 +260,9 @@ def evaluate(
     }
     agents = agents if agents is not None else make_agents(cfg)
     names = list(agents)
+    weights = {name: weights_digest(resolve_model(name.partition(":")[2])) for name in names if name.startswith("model:")}
+    if weights:
+        results["weights"] = weights
     for condition in conditions_of(cfg.condition):
         seeds = eval_seeds(cfg, condition)
         specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]
@@ -252,15 +271,20 @@ def evaluate(
             key = played_key(cfg, name, condition, seeds) if played_cache is not None else None
             if key is not None and key in played_cache:  # the same episodes, stamped with this evaluation's config
                 played[name] = [replace(r, config_hash=chash) for r in played_cache[key]]
+                if on_records is not None:
+                    on_records(name, condition, played[name])
             else:
-                progress = progress_factory(f"{name} {condition}", len(seeds) * 28) if progress_factory else None
-                batch = cfg.model.batch_size if name.startswith("model:") else None
-                model = name.partition(":")[2] or None
-                played[name] = play(agents[name], specs, batch_size=batch, config_hash=chash, model=model, progress=progress)
+                kept = {s.seed: done[s.condition, s.split, s.seed] for s in specs
+                        if name == cfg.agent and done and (s.condition, s.split, s.seed) in done}
+                todo = [s for s in specs if s.seed not in kept]
+                progress = progress_factory(f"{name} {condition}", len(todo) * EPISODE_STEPS) if progress_factory and todo else None
+                stream = (lambda recs, name=name, condition=condition: on_records(name, condition, recs)) if on_records is not None else None
+                new = play(agents[name], todo, batch_size=play_batch_size(cfg, name), config_hash=chash,
+                           model=name.partition(":")[2] or None, progress=progress, on_batch=stream)
+                order = {seed: i for i, seed in enumerate(seeds)}
+                played[name] = sorted([*kept.values(), *new], key=lambda r: order[r.seed]) if kept else new
                 if key is not None:
                     played_cache[key] = played[name]
-            if on_records is not None:
-                on_records(name, condition, played[name])
         refs = {r: played[r] for r in cfg.references}
         results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs)
     return EvalResults.model_validate(results)
@@ -271,24 +295,33 @@ def run_eval(
     *,
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     wait_lock: bool = False,
+    resume: bool = False,
     say: Callable[[str], None] | None = None,
     played_cache: PlayedCache | None = None,
 ) -> tuple[EvalResults, Path, Path]:
     """``rhythm eval``: evaluate, stream the agent's episodes to the JSONL, write the JSON.
 
     ``played_cache``: see :func:`evaluate`. The agents are built first, so bad settings stop the run
-    before it touches a file, and the episodes stream to ``<episodes>.partial``, which replaces the
-    episodes file only once the results are written: a run that fails leaves the last eval's two files. Both files are written under the
-    episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output stops before it
-    touches either (or waits, with ``wait_lock``).
+    before it touches a file, and the agent's episodes stream to ``<episodes>.partial`` batch by batch, which
+    replaces the episodes file only once the results are written: a run that fails leaves the last eval's two
+    files, and its partial. ``resume`` goes on from that partial (:func:`resumed_weeks`): its weeks are kept and
+    only the others played, so the results equal an uninterrupted run's. Both files are written under the
+    episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output stops before it touches
+    either (or waits, with ``wait_lock``).
     """
     validate(cfg)
     agents = make_agents(cfg)
     ep_path = episodes_path(cfg.output)
+    say = say or (lambda msg: None)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
-        partial.unlink(missing_ok=True)
-        with JsonlWriter(partial) as writer:
+        done = resumed_weeks(cfg, partial) if resume else {}
+        if resume:
+            say(f"resuming from {partial}: {len(done)} of the agent's weeks kept" if done else
+                f"nothing to resume in {partial}; playing every week")
+        else:
+            partial.unlink(missing_ok=True)
+        with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
                 if name == cfg.agent:
@@ -296,7 +329,39 @@ def run_eval(
                         writer.write(r)
 
             results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache,
-                               agents=agents)
+                               agents=agents, done=done)
+        if done:  # the kept weeks first, then the new ones: written again in the order a fresh run writes them
+            _write_in_order(cfg, partial)
         saved = results.save(cfg.output)
         os.replace(partial, ep_path)
         return results, saved, ep_path
+
+
+def resumed_weeks(cfg: EvalConfig, partial: Path) -> dict[tuple[str, str, int], EpisodeRecord]:
+    """The agent's weeks a killed ``rhythm eval`` left in ``partial`` that this run would play, keyed by
+    (condition, split, seed). Weeks played under other settings (another ``config_hash``) are refused, not
+    mixed in; a torn last line is left out (the writer cuts it)."""
+    if not partial.exists():
+        return {}
+    chash = config_hash(cfg, ignore=HOW_NOT_WHAT)
+    wanted = {(c, cfg.split, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c)}
+    done: dict[tuple[str, str, int], EpisodeRecord] = {}
+    for lineno, obj in iter_jsonl(partial, skip_torn_last=True):
+        where = f"{partial}:{lineno}"
+        check_episode(obj, where)
+        if obj.get("config_hash") != chash:
+            raise RhythmError(f"{where}: a week played with other settings (config_hash {obj.get('config_hash')}; "
+                              f"this eval's is {chash}); --resume would mix them: rerun without --resume")
+        if episode_key(obj) in wanted:
+            done[episode_key(obj)] = EpisodeRecord.from_dict(obj)
+    return done
+
+
+def _write_in_order(cfg: EvalConfig, partial: Path) -> None:
+    """Rewrite ``partial`` with its weeks in condition, then seed order (a torn-free, finished file)."""
+    rank = {(c, cfg.split, s): i for i, (c, s) in enumerate(
+        (c, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c))}
+    lines = sorted(partial.read_bytes().splitlines(keepends=True), key=lambda line: rank[episode_key(orjson.loads(line))])
+    tmp = partial.with_name(partial.name + ".tmp")
+    tmp.write_bytes(b"".join(lines))
+    os.replace(tmp, partial)

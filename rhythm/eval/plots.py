@@ -34,7 +34,7 @@ from rhythm.eval.names import display_name, start_of_sft
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
 from rhythm.eval.tables import seeds_notes
-from rhythm.grader import belief_mae_by_step, prior_mae, true_belief
+from rhythm.grader import belief_mae_by_step, prior_mae, prior_mae_beside, true_belief
 from rhythm.provenance import made_by
 from rhythm.records import check_output, iter_jsonl, read_episodes
 
@@ -289,8 +289,7 @@ def _curve(agent: str, condition: str, errors: np.ndarray, priors: np.ndarray) -
     cis = [mean_ci(errors[:, t]) for t in range(errors.shape[1])]
     mean = np.array([np.nan if c["mean"] is None else c["mean"] for c in cis])
     low, high = (np.array([np.nan if c["ci95"] is None else c["ci95"][i] for c in cis]) for i in (0, 1))
-    spoke = (~np.isnan(errors)).any(axis=1)
-    prior = float(priors[spoke].mean() if spoke.any() else priors.mean())
+    prior = prior_mae_beside(priors, (~np.isnan(errors)).any(axis=1))  # the weeks the curve averages, at any step
     return BeliefCurve(agent, condition, mean, low, high, stated, len(errors), prior)
 
 

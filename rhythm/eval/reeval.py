@@ -24,7 +24,7 @@ from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci
-from rhythm.grader import score_episode
+from rhythm.grader import prior_mae_beside, score_episode
 from rhythm.protocol import FALLBACK_ACTION, parse_reply
 from rhythm.provenance import versions
 from rhythm.records import graded_belief, read_episodes
@@ -162,7 +162,8 @@ def reeval(cfg: ReevalConfig, progress_factory: Callable[[str, int], ProgressFn]
             "final_score_v2": mean_ci([r.score["final_score_v2"] for r in scored]),
             "behaviour_score": mean_ci([r.score["behaviour_score"] for r in scored]),
             "belief_mae": mean_ci([np.nan if r.score["belief_mae"] is None else r.score["belief_mae"] for r in scored]),
-            "belief_mae_prior": round(float(np.mean([r.score["belief_mae_prior"] for r in scored])), 6) if scored else None,
+            "belief_mae_prior": round(prior_mae_beside([r.score["belief_mae_prior"] for r in scored],
+                                                       [r.score["belief_mae"] is not None for r in scored]), 6) if scored else None,
             "baselines": {},
         }
         specs = [EpisodeSpec(condition, split, s) for s in seeds]

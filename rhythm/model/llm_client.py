@@ -103,7 +103,8 @@ class LLMConfig:
     max_cost_usd: Annotated[float, Gt(0)] | None = None
     """Stop sending requests once this much has been spent (needs a price for the model)."""
     concurrency: Positive = 8
-    """rhythm eval: requests in flight per step. (rhythm generate uses its own --concurrency.)"""
+    """rhythm eval: requests in flight per step; weeks are played in lockstep batches of 4x this, each written as it
+    finishes (rhythm generate uses its own --concurrency)."""
     history_turns: Positive | None = None
     """Steps of the week sent with each request (protocol v2 sends the whole conversation); K keeps
     only the last K observations and replies, to cut cost. null: the whole week."""

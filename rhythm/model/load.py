@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rhythm.errors import RhythmError
+from rhythm.provenance import file_digest
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -103,6 +104,26 @@ def pick_dtype(requested: str, device: str) -> torch.dtype:
     if requested not in names:
         raise RhythmError(f"unknown dtype {requested!r}; expected auto, float32, bfloat16 or float16")
     return names[requested]
+
+
+MODEL_FILES = ("config.json", "generation_config.json", ADAPTER_CONFIG, *TOKENIZER_FILES, "special_tokens_map.json",
+               "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
+"""What a model folder's replies depend on besides its weights (``*.safetensors``, ``*.bin`` but the trainer's
+``training_args.bin``); checkpoints, logs and summaries are not among them."""
+
+
+def is_model_file(rel: Path) -> bool:
+    """Whether a file of a model folder (``rel``, relative to it) is part of the model a ``model:PATH`` agent plays."""
+    if len(rel.parts) != 1:
+        return False
+    return rel.name in MODEL_FILES or (rel.suffix in (".safetensors", ".bin") and rel.name != "training_args.bin")
+
+
+def weights_digest(path: str) -> str | None:
+    """sha256 (16 hex) of a local model folder's weights, configs and tokenizer (:func:`is_model_file`), so an eval
+    records which weights it played; None for a Hub id, which the eval records by name."""
+    local = Path(path).expanduser()
+    return file_digest(local, keep=is_model_file) if local.is_dir() else None
 
 
 def looks_local(path: str) -> bool:

@@ -21,7 +21,7 @@ from rhythm.env.constants import ACTIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig
 from rhythm.grader import MAE_PRIOR
-from rhythm.model.load import ModelOptions
+from rhythm.model.load import ModelOptions, weights_digest
 from rhythm.protocol import FALLBACK_ACTION, conversation, record_conversation
 
 SMALL = ModelOptions(max_new_tokens=6, device="cpu")
@@ -97,6 +97,7 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
     assert "norm" in err and "parse fail" in err  # the stderr table
     res = orjson.loads(out.read_bytes())
     assert res["agent"] == f"model:{tiny_student}" and res["grader"] == "v3"
+    assert res["weights"] == {f"model:{tiny_student}": weights_digest(str(tiny_student))}
     assert res["config"]["model"]["batch_size"] == 4 and res["config"]["model"]["max_new_tokens"] == 6
     assert set(res["conditions"]) == {"in-dist", "ood", "discrete"}
     for cond in res["conditions"].values():
@@ -406,3 +407,22 @@ def test_loading_a_model_draws_no_transformers_bar_and_restores_its_bars(tiny_st
     finally:
         if not was:
             hf_logging.disable_progress_bar()
+
+
+def test_the_weights_digest_covers_the_model_and_not_the_runs_records(tmp_path: Path) -> None:
+    """What an eval records of a model:PATH folder changes with its weights, configs and tokenizer, and not with
+    its checkpoints, logs or trainer state; a Hub id is recorded by name only."""
+    folder = tmp_path / "student"
+    (folder / "checkpoint-5").mkdir(parents=True)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "training_args.bin", "training_log.jsonl",
+                 "sft_summary.json", "checkpoint-5/model.safetensors"):
+        (folder / name).write_bytes(b"a")
+    first = weights_digest(str(folder))
+    for name in ("training_args.bin", "training_log.jsonl", "sft_summary.json", "checkpoint-5/model.safetensors"):
+        (folder / name).write_bytes(b"b")
+    assert weights_digest(str(folder)) == first
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        (folder / name).write_bytes(b"c")
+        assert weights_digest(str(folder)) != first
+        first = weights_digest(str(folder))
+    assert weights_digest("Qwen/Qwen2.5-3B-Instruct") is None

@@ -1,0 +1,133 @@
+"""``rhythm eval --resume``: a killed eval goes on from its partial episodes file, and the result is the
+uninterrupted run's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+import rhythm.agents.episodes as episodes_module
+from rhythm.eval.evaluate import EvalConfig, run_eval
+
+
+def _weeks(path: Path) -> list[dict]:
+    """The episodes of a JSONL without what differs between two plays of the same week (when, how long)."""
+    drop = ("created_at", "usage")
+    return [{k: v for k, v in orjson.loads(line).items() if k not in drop} for line in path.read_bytes().splitlines()]
+
+
+def _run_in(folder: Path, cfg: EvalConfig, **kwargs):
+    """``run_eval`` with a relative output inside ``folder``, so two folders' results files can be compared byte
+    for byte (the effective config, output path included, is part of them)."""
+    folder.mkdir(exist_ok=True)
+    here = Path.cwd()
+    os.chdir(folder)
+    try:
+        return run_eval(cfg, **kwargs)
+    finally:
+        os.chdir(here)
+
+
+def _killed_after(monkeypatch: pytest.MonkeyPatch, agent_batches: int, agent: str) -> None:
+    """Make the run die (as Ctrl-C would) when ``agent`` starts its batch after ``agent_batches`` finished ones."""
+    real = episodes_module.play_batch
+    seen = {"n": 0}
+
+    def play_batch(a, *args, **kwargs):
+        if a.name == agent:
+            if seen["n"] == agent_batches:
+                raise KeyboardInterrupt
+            seen["n"] += 1
+        return real(a, *args, **kwargs)
+
+    monkeypatch.setattr(episodes_module, "play_batch", play_batch)
+
+
+def test_a_resumed_eval_equals_an_uninterrupted_one_and_plays_only_the_missing_weeks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = EvalConfig(agent="bayes", condition="all", episodes=4, output="r.json")
+    fresh = _run_in(tmp_path / "fresh", cfg)[0]
+    fresh_episodes = tmp_path / "fresh" / "r.episodes.jsonl"
+
+    _killed_after(monkeypatch, 1, "bayes")  # in-dist played and written, killed as ood starts
+    with pytest.raises(KeyboardInterrupt):
+        _run_in(tmp_path / "killed", cfg)
+    folder = tmp_path / "killed"
+    partial = folder / "r.episodes.jsonl.partial"
+    assert not (folder / "r.json").exists() and len(partial.read_bytes().splitlines()) == 4
+    with partial.open("ab") as fh:  # and a week torn mid-line by the kill
+        fh.write(fresh_episodes.read_bytes().splitlines(keepends=True)[5][:200])
+    monkeypatch.undo()
+
+    played: dict[str, int] = {}
+    said: list[str] = []
+    results = _run_in(folder, cfg, resume=True, say=said.append,
+                                       progress_factory=lambda label, total: played.setdefault(label, total) and None)[0]
+    assert said == [f"resuming from {Path('r.episodes.jsonl.partial')}: 4 of the agent's weeks kept"]
+    assert "bayes in-dist" not in played and played["bayes ood"] == played["bayes discrete"] == 4 * 28
+    assert played["oracle in-dist"] == 4 * 28  # the references are played again, all of them
+    assert (folder / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
+    assert results == fresh
+    assert _weeks(folder / "r.episodes.jsonl") == _weeks(fresh_episodes)
+    assert not partial.exists()
+
+
+def test_resume_keeps_weeks_written_out_of_order_and_writes_them_in_order(tmp_path: Path) -> None:
+    """A partial in any order (a hand-edited one) ends as the fresh run's file: conditions, then seeds, in order."""
+    cfg = EvalConfig(agent="heuristic", condition="all", episodes=3, references=[], output="r.json")
+    _run_in(tmp_path / "fresh", cfg)
+    lines = (tmp_path / "fresh" / "r.episodes.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "shuffled").mkdir()
+    (tmp_path / "shuffled" / "r.episodes.jsonl.partial").write_bytes(b"".join([lines[7], lines[0], lines[4]]))
+    _run_in(tmp_path / "shuffled", cfg, resume=True)
+    assert _weeks(tmp_path / "shuffled" / "r.episodes.jsonl") == _weeks(tmp_path / "fresh" / "r.episodes.jsonl")
+    assert (tmp_path / "shuffled" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
+
+
+def test_resume_refuses_weeks_played_with_other_settings(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "r.json"
+    _killed_after(monkeypatch, 1, "heuristic")
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(EvalConfig(agent="heuristic", condition="all", episodes=3, references=[], output=str(out)))
+    monkeypatch.undo()
+    partial = tmp_path / "r.episodes.jsonl.partial"
+    before = partial.read_bytes()
+    code, stdout, err = run_cli("eval", "--agent", "heuristic", "--episodes", "4", "--set", "references=[]",
+                                "-o", str(out), "--resume", "-q")
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert "played with other settings" in err and "without --resume" in err
+    assert partial.read_bytes() == before and not out.exists()
+
+
+def test_resume_without_a_partial_plays_every_week(tmp_path: Path) -> None:
+    said: list[str] = []
+    cfg = EvalConfig(agent="heuristic", condition="discrete", episodes=2, references=[], output=str(tmp_path / "r.json"))
+    results, _, episodes = run_eval(cfg, resume=True, say=said.append)
+    assert said == [f"nothing to resume in {tmp_path / 'r.episodes.jsonl.partial'}; playing every week"]
+    assert results.conditions["discrete"].episodes == 2 and len(episodes.read_bytes().splitlines()) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+def test_a_resumed_model_eval_equals_an_uninterrupted_one(tiny_student: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, sampled: bool) -> None:
+    """The student's weeks are written batch by batch; the batches left to play are the ones an uninterrupted run
+    plays, so greedy and sampled replies alike come out the same."""
+    from rhythm.model.load import ModelOptions
+
+    options = ModelOptions(device="cpu", batch_size=2, max_new_tokens=6, do_sample=sampled, temperature=1.0)
+    cfg = EvalConfig(agent=f"model:{tiny_student}", condition="in-dist", episodes=5, references=["random"],
+                     output="r.json", model=options)
+    _run_in(tmp_path / "fresh", cfg)
+    _killed_after(monkeypatch, 2, cfg.agent)
+    with pytest.raises(KeyboardInterrupt):
+        _run_in(tmp_path / "killed", cfg)
+    assert len((tmp_path / "killed" / "r.episodes.jsonl.partial").read_bytes().splitlines()) == 4
+    monkeypatch.undo()
+    _run_in(tmp_path / "killed", cfg, resume=True)
+    assert (tmp_path / "killed" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
+    assert _weeks(tmp_path / "killed" / "r.episodes.jsonl") == _weeks(tmp_path / "fresh" / "r.episodes.jsonl")
