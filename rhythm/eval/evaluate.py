@@ -82,9 +82,10 @@ def conditions_of(name: str) -> list[str]:
     return [name]
 
 
-HOW_NOT_WHAT = ("output", "llm.concurrency", "llm.max_retries", "llm.timeout_s", "llm.max_cost_usd", "llm.prices",
-                "llm.max_consecutive_failures")
-"""Settings that do not change an eval's results (where they go, how requests are sent): out of its ``config_hash``.
+HOW_NOT_WHAT = ("output", "llm.base_url", "llm.endpoint", "llm.concurrency", "llm.max_retries", "llm.timeout_s",
+                "llm.max_cost_usd", "llm.prices", "llm.max_consecutive_failures")
+"""Settings that do not change an eval's results (where they go, which server answers for the model, how requests
+are sent; the results' ``config`` records them): out of its ``config_hash``, as in ``rhythm generate``'s.
 ``model.batch_size`` stays in: sampled decoding (``model.do_sample``) depends on which weeks share a batch."""
 
 

@@ -131,3 +131,23 @@ def test_a_resumed_model_eval_equals_an_uninterrupted_one(tiny_student: Path, tm
     _run_in(tmp_path / "killed", cfg, resume=True)
     assert (tmp_path / "killed" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
     assert _weeks(tmp_path / "killed" / "r.episodes.jsonl") == _weeks(tmp_path / "fresh" / "r.episodes.jsonl")
+
+
+def test_what_decides_an_evals_weeks_is_in_its_hash_and_how_they_are_sent_is_not() -> None:
+    """The hash a resumed eval checks its partial against: the same for another output, server, concurrency,
+    retries or budget; another for another agent, model setting, people or grader."""
+    from dataclasses import replace
+
+    from rhythm.config import config_hash
+    from rhythm.eval.evaluate import HOW_NOT_WHAT
+    from rhythm.model.llm_client import LLMConfig
+
+    base = EvalConfig(agent="openai:m", llm=LLMConfig(model="m"))
+    h = config_hash(base, ignore=HOW_NOT_WHAT)
+    same = [replace(base, output="elsewhere.json"),
+            replace(base, llm=LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", concurrency=64, max_retries=0,
+                                        timeout_s=5, max_cost_usd=1.0))]
+    assert all(config_hash(c, ignore=HOW_NOT_WHAT) == h for c in same)
+    other = [replace(base, agent="openai:n"), replace(base, episodes=7), replace(base, split="train"),
+             replace(base, grader="v2"), replace(base, llm=LLMConfig(model="m", temperature=0.5))]
+    assert len({config_hash(c, ignore=HOW_NOT_WHAT) for c in other} | {h}) == len(other) + 1

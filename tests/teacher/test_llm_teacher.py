@@ -581,6 +581,28 @@ def test_eval_openai_agent_sends_each_steps_requests_concurrently(tmp_path: Path
     _no_secret_anywhere(tmp_path, KEY, text=err + stdout)
 
 
+@pytest.mark.slow  # > 3 s on 2 cores
+def test_a_killed_openai_eval_resumes_without_asking_again(tmp_path: Path, openai_key: str, run_cli) -> None:
+    """An LLM agent's weeks are written batch by batch (4 x concurrency weeks); the server failing for good in the
+    second batch stops the run with one line, and ``--resume`` sends only the weeks not yet written."""
+    out = tmp_path / "eval.json"
+    args = ("eval", "--agent", "openai:m", "--condition", "discrete", "--episodes", "6", "--output", str(out),
+            "--quiet", "--set", "llm.concurrency=1", "--set", "llm.max_retries=0", "--set", "references=[random]")
+    with FakeOpenAI(api_key=KEY, handler=lambda seen: Fail(500, "down") if seen.n >= 4 * 28 else None) as server:
+        code, _, err = run_cli(*args, "--set", f"llm.base_url={server.base_url}")
+    assert code == 2 and "a request failed for good" in err, err
+    partial = out.with_name("eval.episodes.jsonl.partial")
+    assert [r["seed"] for r in _records(partial)] == [0, 1, 2, 3] and not out.exists()
+    with FakeOpenAI(api_key=KEY) as server:
+        code, _, err = run_cli(*args, "--set", f"llm.base_url={server.base_url}", "--resume")
+    assert code == 0, err
+    recs = _records(out.with_name("eval.episodes.jsonl"))
+    assert [r["seed"] for r in recs] == list(range(6)) and not partial.exists()
+    assert len(server.seen) == 2 * 28  # weeks 4 and 5 only
+    assert_requests_carry_the_conversations(server.seen, recs[4:])
+    assert orjson.loads(out.read_bytes())["conditions"]["discrete"]["episodes"] == 6
+
+
 def test_eval_openai_agent_history_turns_trims_each_request(openai_key: str) -> None:
     from rhythm.agents.llm import LLMAgent
 
