@@ -40,6 +40,7 @@ class BeliefSteps:
     """Last step's MAE / the prior's."""
     ratio_ci: tuple[float, float]
     last_over_first: float
+    """Last step's MAE / the first step's, on the weeks that stated a belief at both (NaN when none did)."""
 
 
 def _ratio_ci(errors: np.ndarray, priors: np.ndarray) -> tuple[float, float]:
@@ -62,8 +63,10 @@ def belief_steps(errors: np.ndarray, priors: np.ndarray, steps: tuple[int, ...])
     with np.errstate(invalid="ignore"):
         mae = tuple(float(np.nanmean(errors[:, s - 1])) if (~np.isnan(errors[:, s - 1])).any() else float("nan") for s in steps)
     prior = prior_mae_beside(priors, stated)
+    both = stated & ~np.isnan(errors[:, steps[0] - 1])  # one set of weeks for both ends of the ratio
+    over_first = _over(float(last[both].mean()), float(errors[both, steps[0] - 1].mean())) if both.any() else float("nan")
     return BeliefSteps(len(errors), tuple(steps), mae, (float(ci[0]), float(ci[1])), prior,
-                       _over(float(last[stated].mean()), prior), _ratio_ci(last[stated], priors[stated]), _over(mae[-1], mae[0]))
+                       _over(float(last[stated].mean()), prior), _ratio_ci(last[stated], priors[stated]), over_first)
 
 
 def _over(a: float, b: float) -> float:

@@ -20,15 +20,15 @@ from rhythm.records import JsonlWriter
 
 def test_figures_by_hand():
     errors = np.full((4, 28), np.nan)
-    errors[:, 0] = [0.2, 0.2, 0.2, 0.2]
+    errors[:, 0] = [0.2, 0.2, 0.2, 0.6]
     errors[:, 27] = [0.1, 0.05, 0.1, np.nan]  # the last week stated no belief at step 28
     priors = np.array([0.2, 0.1, 0.2, 0.9])
     r = belief_steps(errors, priors, (1, 28))
     assert r.episodes == 4 and r.steps == (1, 28)
-    assert r.mae == pytest.approx((0.2, 0.25 / 3))
+    assert r.mae == pytest.approx((0.3, 0.25 / 3))
     assert r.prior == pytest.approx(0.5 / 3)  # the prior's error on the weeks that stated one
     assert r.ratio == pytest.approx(0.5) and r.ratio_ci == pytest.approx((0.5, 0.5))  # every week at half its prior
-    assert r.last_over_first == pytest.approx((0.25 / 3) / 0.2)
+    assert r.last_over_first == pytest.approx((0.25 / 3) / 0.2)  # on the three weeks that stated both
     assert r.last_ci[0] <= r.mae[-1] <= r.last_ci[1]
     for bad in ((), (28, 1), (0, 28), (1, 29), (4, 4)):
         with pytest.raises(RhythmError, match="steps must be"):
