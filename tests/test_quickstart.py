@@ -193,20 +193,24 @@ def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> N
         target.write_text(src.read_text())
         return {"n": len(calls)}
 
-    def run(config: dict) -> bool:
-        return run_stage("s", tmp_path / "stage", config, [src], {"out": target}, fn, lambda m: None, tmp_path).reused
+    said: list[str] = []
 
-    assert run({"k": 1}) is False
-    assert run({"k": 1}) is True
-    assert run({"k": 2}) is False  # config changed
+    def run(config: dict) -> bool:
+        return run_stage("s", tmp_path / "stage", config, [src], {"out": target}, fn, said.append, tmp_path).reused
+
+    assert run({"k": 1, "sec": {"a": 1, "b": 2}}) is False
+    assert run({"k": 1, "sec": {"a": 1, "b": 2}}) is True
+    assert run({"k": 2, "sec": {"a": 1, "b": 3}}) is False  # config changed, and the stage says which settings
+    assert said[-2] == "[s] config changed (k: 1 -> 2; sec.b: 2 -> 3): rerunning"
+    assert run({"k": 2}) is False and said[-2] == "[s] config changed (sec.a: 1 -> <unset>; sec.b: 3 -> <unset>): rerunning"
     src.write_text("b")
     assert run({"k": 2}) is False  # input changed
     target.unlink()
     assert run({"k": 2}) is False  # output missing
-    assert len(calls) == 4
+    assert len(calls) == 5
     assert stage_digest(src) != stage_digest(tmp_path / "stage")
     stamp = orjson.loads((tmp_path / "stage" / ".rhythm_stage.json").read_bytes())
-    assert stamp["stage"] == "s" and stamp["info"] == {"n": 4}
+    assert stamp["stage"] == "s" and stamp["info"] == {"n": 5}
 
 
 def _stage(tmp_path: Path, said: list[str]) -> bool:
