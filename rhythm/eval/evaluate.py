@@ -10,6 +10,7 @@ per-episode records (every reply included) go to a JSONL beside it.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -278,8 +279,10 @@ def evaluate(
                 kept = {s.seed: done[s.condition, s.split, s.seed] for s in specs
                         if name == cfg.agent and done and (s.condition, s.split, s.seed) in done}
                 todo = [s for s in specs if s.seed not in kept]
-                progress = progress_factory(f"{name} {condition}", len(todo) * EPISODE_STEPS) if progress_factory and todo else None
-                stream = (lambda recs, name=name, condition=condition: on_records(name, condition, recs)) if on_records is not None else None
+                progress = None
+                if progress_factory is not None and todo:
+                    progress = progress_factory(f"{name} {condition}", len(todo) * EPISODE_STEPS)
+                stream = None if on_records is None else functools.partial(on_records, name, condition)
                 new = play(agents[name], todo, batch_size=play_batch_size(cfg, name), config_hash=chash,
                            model=name.partition(":")[2] or None, progress=progress, on_batch=stream)
                 order = {seed: i for i, seed in enumerate(seeds)}
