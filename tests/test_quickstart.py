@@ -313,20 +313,25 @@ _ci = st.tuples(st.floats(-0.1, 0.1), st.floats(0, 0.05), st.floats(0, 0.05)).ma
     lambda m: {"mean": m[0], "ci95": [m[0] - m[1], m[0] + m[2]], "episodes": 100, "win_rate": 0.5})
 
 
-@given(grpo=st.fixed_dictionaries({c: _ci for c in ("in-dist", "ood", "discrete")}), dagger=st.booleans())
+_row = st.fixed_dictionaries({c: _ci for c in ("in-dist", "ood", "discrete")})
+
+
+@given(grpo=_row, dagger=st.one_of(st.none(), _row))
 def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when_grpo_gained_nowhere(grpo, dagger) -> None:
-    minus_sft = {"student SFT+GRPO": grpo, **({"student SFT+GRPO+DAgger": grpo} if dagger else {})}
+    minus_sft = {"student SFT+GRPO": grpo, **({"student SFT+GRPO+DAgger": dagger} if dagger else {})}
     sentences = paired_sentences(minus_sft)
     per_row = sentences[: 3 * len(minus_sft)]
-    for sentence, (cond, d) in zip(per_row, grpo.items()):
+    expected = [(label.removeprefix("student "), cond, d) for label, row in minus_sft.items() for cond, d in row.items()]
+    assert len(per_row) == len(expected) == 3 * len(minus_sft)
+    for sentence, (label, cond, d) in zip(per_row, expected, strict=True):
         lo, hi = d["ci95"]
-        assert sentence.startswith(f"SFT+GRPO minus SFT on {cond} (paired, same seeds): {d['mean']:+.3f} [")
+        assert sentence.startswith(f"{label} minus SFT on {cond} (paired, same seeds): {d['mean']:+.3f} [")
         assert sentence.endswith("its CI above 0." if lo > 0 else "its CI below 0." if hi < 0 else "its CI reaches 0.")
     nothing = not any(d["ci95"][0] > 0 for d in grpo.values())
     rest = sentences[3 * len(minus_sft):]
     assert len(rest) == int(nothing)
     if nothing:
-        assert "docs/grpo.md" in rest[0] and ("quickstart-dagger.yaml" in rest[0]) is not dagger
+        assert "docs/grpo.md" in rest[0] and ("quickstart-dagger.yaml" in rest[0]) is (dagger is None)
 
 
 @pytest.mark.parametrize("over, needle", [

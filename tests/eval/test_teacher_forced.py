@@ -38,6 +38,28 @@ def test_probe_reads_one_belief_per_step_and_the_teachers_own_error(tiny_student
     student, teacher = teacher_forced_errors(model, tok, records)
     assert student.shape == teacher.shape == (2, 28)
     assert np.all((student >= 0) & (student <= 1))
+
+    # what the student "says" is its most likely number right after each of the three markers: a model that puts
+    # its weight on 0.10 after "BELIEF: S=", 0.20 after " M=" and 0.30 after " W=" states (0.10, 0.20, 0.30)
+    import torch
+
+    vocab = tok.get_vocab()
+    after = {vocab["BELIEF: S="]: vocab["0.10"], vocab[" M="]: vocab["0.20"], vocab[" W="]: vocab["0.30"]}
+
+    class Says:
+        device = torch.device("cpu")
+
+        def __call__(self, input_ids, output_hidden_states=False):
+            logits = torch.zeros(*input_ids.shape, len(vocab))
+            for i, t in enumerate(input_ids[0].tolist()):
+                if t in after:
+                    logits[0, i, after[t]] = 5.0
+            return type("Out", (), {"logits": logits})()
+
+    said, _ = teacher_forced_errors(Says(), tok, records)
+    for row, rec in zip(said, records, strict=True):
+        truth = belief_of(sample_profiles("in-dist", "train", np.array([rec["seed"]])))[0]
+        assert np.allclose(row, np.abs(np.array([0.1, 0.2, 0.3]) - truth).mean())
     for row, rec in zip(teacher, records, strict=True):
         truth = belief_of(sample_profiles("in-dist", "train", np.array([rec["seed"]])))[0]
         expected = [np.abs(np.array(s["belief"]) - truth).mean() for s in rec["steps"]]
@@ -158,6 +180,14 @@ def test_meter_readout_scores_every_meter_on_held_out_weeks(tiny_student):
     assert hidden.shape == (2, 27, model.config.hidden_size) and meters.shape == (2, 27, 5)
     r2, low_mae = meter_readout(model, tok, records, fit_share=0.5)
     assert r2.shape == low_mae.shape == (5,)
-    assert np.all(r2[np.isfinite(r2)] <= 1.0) and np.all(low_mae[np.isfinite(low_mae)] >= 0)
+    # by hand: a least-squares map (with bias) fitted on week 0's states, scored on week 1's
+    design = np.c_[hidden.reshape(-1, hidden.shape[-1]), np.ones(2 * 27)]
+    coef = np.linalg.lstsq(design[:27], meters[0], rcond=None)[0]
+    error = np.abs(design[27:] @ coef - meters[1])
+    expected_r2 = 1 - (error**2).sum(0) / ((meters[1] - meters[1].mean(0)) ** 2).sum(0)
+    low = meters[1] < 0.2
+    assert np.allclose(r2, expected_r2, equal_nan=True) and np.isfinite(r2).sum() >= 4
+    assert np.allclose(low_mae, [error[low[:, m], m].mean() if low[:, m].any() else np.nan for m in range(5)],
+                       equal_nan=True)
     with pytest.raises(RhythmError, match="both sides of the fit"):
         meter_readout(model, tok, records, fit_share=1.0)

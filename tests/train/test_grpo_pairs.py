@@ -36,14 +36,25 @@ scores = st.lists(st.floats(0, 1, allow_nan=False), min_size=2, max_size=8)
 
 
 @settings(max_examples=50, deadline=None)
-@given(a=scores, shift=st.floats(-0.5, 0.5, allow_nan=False), z=st.floats(0, 5, allow_nan=False))
-def test_a_constant_difference_is_not_agreement_and_agreement_is_symmetric(a, shift, z):
-    """Every future moving both scores alike (no spread of the difference) is no evidence at any z; swapping
-    the two replies does not change the verdict."""
+@given(a=scores, shift=st.one_of(st.just(0.0), st.floats(1e-6, 0.5), st.floats(-0.5, -1e-6)),
+       z=st.floats(0, 5, allow_nan=False))
+def test_a_constant_difference_is_agreement_and_agreement_is_symmetric(a, shift, z):
+    """Every future moving both scores alike (a difference with no spread but rounding's) is agreement at any z
+    when the difference is not 0, and a tie is not; swapping the two replies does not change the verdict."""
     b = [x + shift for x in a]
-    assert not agreed(a, b, z) or np.std(np.subtract(b, a)) > 0
+    assert agreed(a, b, z) is (shift != 0.0)
+    assert not agreed(a, list(a), z)
     noisy = [x + shift + 0.01 * (i % 3) for i, x in enumerate(a)]
     assert agreed(a, noisy, z) == agreed(noisy, a, z)
+
+
+def test_a_difference_that_rounding_spreads_is_still_the_same_under_every_future():
+    """0.3 added to each score leaves differences that differ in their last bits: the same verdict as 0.3 exactly."""
+    a = [0.1, 0.7, 0.2, 0.9]
+    shifted = [x + 0.3 for x in a]
+    assert np.ptp(np.subtract(shifted, a)) > 0  # rounding spreads it
+    assert agreed(a, shifted, 5.0) and agreed(a, shifted, 1e6) and agreed(shifted, a, 1e6)
+    assert agreed([0.0, 0.0], [0.3, 0.3], 1e6) and not agreed([0.5, 0.5], [0.5, 0.5], 0.0)
 
 
 def test_agreement_arithmetic():

@@ -8,7 +8,7 @@ import pytest
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.protocol import record_conversation
+from rhythm.protocol import parse_reply, record_conversation
 from rhythm.train.grpo.probe import PolicyProbe
 
 
@@ -42,7 +42,22 @@ def test_probe_is_zero_at_the_start_and_moves_with_the_policy(prompts, sft_model
     now = probe.logprobs(model, probe.start_replies)
     by_hand = np.mean([float((n.exp() * (n - s)).sum(-1).mean()) for n, s in zip(now, probe.start_logprobs, strict=True)])
     assert moved["probe/kl"] > 1e-3 and moved["probe/kl"] == pytest.approx(by_hand, rel=1e-6)
-    assert 0.0 <= moved["probe/action_changed"] <= 1.0
+
+    # the action and belief figures are the greedy replies' (each prompt decoded alone, no batch padding) against
+    # the start's: this sharper head changes some of them
+    def alone(prompt_ids):
+        ids = torch.tensor([prompt_ids])
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        return parse_reply(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+
+    before, after = probe.start_decisions, [alone(p) for p in probe.prompt_ids]
+    changed = np.mean([a.action != b.action for a, b in zip(after, before, strict=True)])
+    shift = np.mean([np.abs(np.subtract(a.belief, b.belief)).mean() for a, b in zip(after, before, strict=True)
+                     if a.belief is not None and b.belief is not None])  # a reply that states none has no shift
+    assert 0.0 < moved["probe/action_changed"] == pytest.approx(changed)
+    assert 0.0 < moved["probe/belief_shift"] == pytest.approx(shift)
 
 
 def test_probe_must_start_before_it_measures(prompts, sft_model):

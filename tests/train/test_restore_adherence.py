@@ -67,7 +67,28 @@ def test_the_command_reports_each_file_and_each_model(weeks, sft_model, tmp_path
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[0]["played_share"] == probe.adherence(own, 0.3)["played_share"]
     assert lines[1]["model"] == str(sft_model) and lines[1]["states"] == 4
-    assert 0.0 <= lines[1]["p_rule_action"] <= 1.0 and 0.0 <= lines[1]["rule_action_most_likely"] <= 1.0
+    # by hand, at the same four states: one forward pass to just after "ACTION:", a softmax over the ten action names
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rhythm.env.constants import ACTIONS, EPISODE_STEPS
+    from rhythm.protocol import before_action, record_conversation
+
+    tok, model = AutoTokenizer.from_pretrained(sft_model), AutoModelForCausalLM.from_pretrained(sft_model).eval()
+    named = [x for x in probe.named_states(own, 0.3) if x[1] < EPISODE_STEPS - 1]
+    picked = sorted(np.random.default_rng(0).permutation(len(named))[:4])
+    names = [tok.get_vocab()[" " + a] for a in ACTIONS]
+    probs, top = [], []
+    for record, t, action in (named[i] for i in picked):
+        prompt = tok.apply_chat_template(record_conversation(record, t), add_generation_prompt=True, tokenize=True,
+                                         return_dict=True)["input_ids"]
+        head = tok(f"{before_action(record['steps'][t]['response'])}\nACTION:", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + head])).logits[0, -1, names]
+        probs.append(float(torch.softmax(logits, -1)[ACTIONS.index(action)]))
+        top.append(int(logits.argmax()) == ACTIONS.index(action))
+    assert lines[1]["p_rule_action"] == pytest.approx(np.mean(probs), abs=1e-3)
+    assert lines[1]["rule_action_most_likely"] == pytest.approx(np.mean(top), abs=1e-3)
     with pytest.raises(RhythmError, match="no in-dist week"):
         probe.run(argparse.Namespace(**{**vars(args), "condition": "in-dist", "model": []}))
 

@@ -87,12 +87,15 @@ def pair_replies(model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]]
 
 def agreed(first: Sequence[float], second: Sequence[float], z: float) -> bool:
     """Whether two replies' scores under the same futures (``first[d]``, ``second[d]``: future ``d``) differ
-    by at least ``z`` standard errors of their per-future difference."""
+    by at least ``z`` standard errors of their per-future difference. A difference that is the same under every
+    future (its spread no more than rounding) is agreement when it is not 0, at any ``z``."""
     diff = np.asarray(second, dtype=float) - np.asarray(first, dtype=float)
     if len(diff) < 2:
         return False
-    se = diff.std(ddof=1) / np.sqrt(len(diff))
-    return bool(se > 0 and abs(diff.mean()) >= z * se)
+    mean, se = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
+    if se <= 1e-9 * max(1.0, abs(mean)):  # every future moves both replies alike
+        return abs(mean) > 1e-12
+    return abs(mean) >= z * se
 
 
 def agreed_rewards(rewards: Sequence[float], draws: Sequence[Sequence[float]], z: float) -> tuple[list[float], int]:
