@@ -423,7 +423,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
                               references=[], model=model_opts, output=str(play_dir / "eval_results_v2.json"))
 
         def do_play() -> dict[str, Any]:
-            run_eval(play_cfg)
+            run_eval(play_cfg, start_over=True)
             played = [r for _, r in read_episodes(play_dir / "eval_results_v2.episodes.jsonl")]
             return {"weeks": write_episodes(own, filtered_weeks(played, cfg.dagger.restore_below))}
 
@@ -455,7 +455,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
             cond_path = Path(ev_cfg.output)
 
             def do_eval(ev_cfg: EvalConfig = ev_cfg) -> dict[str, Any]:
-                run_eval(ev_cfg, played_cache=played_cache)
+                run_eval(ev_cfg, played_cache=played_cache, start_over=True)
                 return {}
 
             inputs = [trained] if trained is not None else []

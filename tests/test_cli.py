@@ -37,6 +37,7 @@ import pytest
         (["analyze", "nonsense"], "No such command 'nonsense'"),
         (["eval", "--agent", "openai:m", "--concurrency", "0"], "concurrency"),
         (["eval", "--output", ""], "the output path is empty"),
+        (["eval", "--output", "-"], "give --output a path, not -"),
         (["generate", "--seeds", "0-1", "--output", ""], "the output path is empty"),
         (["eval", "--set", "teacher.posterior.particles=0"], "teacher.posterior.particles=0: input should be greater"),
         (["generate", "--set", "teacher_options.planner.horizon=0", "--output", "-"], "planner.horizon=0"),
@@ -105,6 +106,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(run_cli, tm
 def test_a_failed_eval_keeps_the_last_evals_episodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The episodes stream to a partial file that replaces the old one only once the results are written."""
     import rhythm.eval.evaluate as evaluate_module
+    from rhythm.errors import RhythmError
     from rhythm.eval.evaluate import EvalConfig, run_eval
 
     out = tmp_path / "r.json"
@@ -122,7 +124,9 @@ def test_a_failed_eval_keeps_the_last_evals_episodes(tmp_path: Path, monkeypatch
         run_eval(EvalConfig(agent="random", condition="discrete", episodes=3, references=[], output=str(out)))
     assert (out.read_bytes(), episodes.read_bytes()) == before
     monkeypatch.setattr(evaluate_module, "evaluate", real)
-    run_eval(EvalConfig(agent="random", condition="discrete", episodes=3, references=[], output=str(out)))
+    with pytest.raises(RhythmError, match="holds 3 weeks of an eval that did not finish; pass --resume"):
+        run_eval(EvalConfig(agent="random", condition="discrete", episodes=3, references=[], output=str(out)))
+    run_eval(EvalConfig(agent="random", condition="discrete", episodes=3, references=[], output=str(out)), start_over=True)
     assert len(episodes.read_bytes().splitlines()) == 3 and not episodes.with_name(episodes.name + ".partial").exists()
 
 

@@ -37,7 +37,15 @@ from rhythm.locking import output_lock
 from rhythm.model.llm_client import LLMConfig
 from rhythm.model.load import ModelOptions, weights_digest
 from rhythm.provenance import versions
-from rhythm.records import EpisodeRecord, JsonlWriter, check_episode, check_output, episode_key, iter_jsonl
+from rhythm.records import (
+    EpisodeRecord,
+    JsonlWriter,
+    check_episode,
+    check_output,
+    episode_key,
+    iter_jsonl,
+    record_protocol,
+)
 from rhythm.seeds import format_seeds, parse_seeds
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
@@ -110,6 +118,8 @@ def validate(cfg: EvalConfig) -> None:
         check_agent_spec(ref)
     if cfg.grader not in GRADERS:
         raise RhythmError(f"unknown grader {cfg.grader!r}; expected one of {', '.join(GRADERS)}")
+    if str(cfg.output).strip() == "-":
+        raise RhythmError("eval writes a results file and an episodes file beside it; give --output a path, not -")
     check_output(cfg.output)
 
 
@@ -227,6 +237,18 @@ def play_batch_size(cfg: EvalConfig, name: str) -> int | None:
     return cfg.llm.concurrency * LLM_BATCH_WAVES if kind in ("openai", "azure") else None
 
 
+def model_weights(cfg: EvalConfig, names: list[str]) -> dict[str, str | None]:
+    """The weights digest (:func:`rhythm.model.load.weights_digest`) of each ``model:`` agent among ``names``."""
+    return {name: weights_digest(resolve_model(name.partition(":")[2])) for name in names if name.startswith("model:")}
+
+
+def eval_hash(cfg: EvalConfig, weights: dict[str, str | None]) -> str:
+    """The ``config_hash`` an eval stamps on its weeks: its settings less :data:`HOW_NOT_WHAT`, and the weights of its
+    ``model:`` agents, so weeks of a retrained model never pass for the old one's (``--resume`` checks it)."""
+    chash = config_hash(cfg, ignore=HOW_NOT_WHAT)
+    return chash if not weights else config_hash({"config": chash, "weights": weights})
+
+
 def evaluate(
     cfg: EvalConfig,
     *,
@@ -247,7 +269,10 @@ def evaluate(
     config (``rhythm eval --resume``), keyed by (condition, split, seed); only the others are played.
     """
     validate(cfg)
-    chash = config_hash(cfg, ignore=HOW_NOT_WHAT)
+    agents = agents if agents is not None else make_agents(cfg)
+    names = list(agents)
+    weights = model_weights(cfg, names)
+    chash = eval_hash(cfg, weights)
     results: dict[str, Any] = {
         "agent": cfg.agent,
         "display_name": display_name(cfg.agent),
@@ -260,9 +285,6 @@ def evaluate(
         "versions": versions(),
         "conditions": {},
     }
-    agents = agents if agents is not None else make_agents(cfg)
-    names = list(agents)
-    weights = {name: weights_digest(resolve_model(name.partition(":")[2])) for name in names if name.startswith("model:")}
     if weights:
         results["weights"] = weights
     for condition in conditions_of(cfg.condition):
@@ -300,6 +322,7 @@ def run_eval(
     progress_factory: Callable[[str, int], ProgressFn] | None = None,
     wait_lock: bool = False,
     resume: bool = False,
+    start_over: bool = False,
     say: Callable[[str], None] | None = None,
     played_cache: PlayedCache | None = None,
 ) -> tuple[EvalResults, Path, Path]:
@@ -309,7 +332,9 @@ def run_eval(
     before it touches a file, and the agent's episodes stream to ``<episodes>.partial`` batch by batch, which
     replaces the episodes file only once the results are written: a run that fails leaves the last eval's two
     files, and its partial. ``resume`` goes on from that partial (:func:`resumed_weeks`): its weeks are kept and
-    only the others played, so the results equal an uninterrupted run's. Both files are written under the
+    only the others played, so the results equal an uninterrupted run's; without it, a partial that holds weeks is
+    refused (``start_over``: deleted, as the quickstart's stages do), so a forgotten ``--resume`` loses nothing.
+    Both files are written under the
     episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output stops before it touches
     either (or waits, with ``wait_lock``).
     """
@@ -319,11 +344,15 @@ def run_eval(
     say = say or (lambda msg: None)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
-        done = resumed_weeks(cfg, partial) if resume else {}
+        done = resumed_weeks(cfg, partial, eval_hash(cfg, model_weights(cfg, list(agents)))) if resume else {}
         if resume:
             say(f"resuming from {partial}: {len(done)} of the agent's weeks kept" if done else
                 f"nothing to resume in {partial}; playing every week")
         else:
+            held = sum(1 for line in partial.read_bytes().splitlines() if line.strip()) if partial.exists() else 0
+            if held and not start_over:
+                raise RhythmError(f"{partial} holds {held} weeks of an eval that did not finish; pass --resume to keep "
+                                  "them and play the rest, or delete it to start over")
             partial.unlink(missing_ok=True)
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
@@ -341,31 +370,42 @@ def run_eval(
         return results, saved, ep_path
 
 
-def resumed_weeks(cfg: EvalConfig, partial: Path) -> dict[tuple[str, str, int], EpisodeRecord]:
+def resumed_weeks(cfg: EvalConfig, partial: Path, chash: str) -> dict[tuple[str, str, int], EpisodeRecord]:
     """The agent's weeks a killed ``rhythm eval`` left in ``partial`` that this run would play, keyed by
-    (condition, split, seed). Weeks played under other settings (another ``config_hash``) are refused, not
-    mixed in; a torn last line is left out (the writer cuts it)."""
+    (condition, split, seed), the first of each. Weeks played under other settings or weights (another
+    ``config_hash``: :func:`eval_hash`), another env or another text protocol are refused, not mixed in; blank
+    lines are skipped and a torn last line is left out (the writer cuts it)."""
     if not partial.exists():
         return {}
-    chash = config_hash(cfg, ignore=HOW_NOT_WHAT)
     wanted = {(c, cfg.split, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c)}
     done: dict[tuple[str, str, int], EpisodeRecord] = {}
+    start_over = f"delete {partial} to start over"
     for lineno, obj in iter_jsonl(partial, skip_torn_last=True):
         where = f"{partial}:{lineno}"
         check_episode(obj, where)
+        if obj.get("env_version") != ENV_VERSION or record_protocol(obj) != PROTOCOL_VERSION:
+            raise RhythmError(f"{where}: a week of env {obj.get('env_version')}, protocol v{record_protocol(obj)} (this "
+                              f"rhythm: {ENV_VERSION}, v{PROTOCOL_VERSION}); --resume would mix them: {start_over}")
         if obj.get("config_hash") != chash:
-            raise RhythmError(f"{where}: a week played with other settings (config_hash {obj.get('config_hash')}; "
-                              f"this eval's is {chash}); --resume would mix them: rerun without --resume")
+            raise RhythmError(f"{where}: a week played with other settings or weights (config_hash "
+                              f"{obj.get('config_hash')}; this eval's is {chash}); --resume would mix them: rerun "
+                              f"with the settings it was started with, or {start_over}")
         if episode_key(obj) in wanted:
-            done[episode_key(obj)] = EpisodeRecord.from_dict(obj)
+            done.setdefault(episode_key(obj), EpisodeRecord.from_dict(obj))
     return done
 
 
 def _write_in_order(cfg: EvalConfig, partial: Path) -> None:
-    """Rewrite ``partial`` with its weeks in condition, then seed order (a torn-free, finished file)."""
+    """Rewrite ``partial`` with each of this eval's weeks once (the first), in condition, then seed order: the file
+    an uninterrupted run writes. Blank lines and weeks this eval does not play are left out."""
     rank = {(c, cfg.split, s): i for i, (c, s) in enumerate(
         (c, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c))}
-    lines = sorted(partial.read_bytes().splitlines(keepends=True), key=lambda line: rank[episode_key(orjson.loads(line))])
+    lines: dict[int, bytes] = {}
+    for line in partial.read_bytes().splitlines():
+        if line.strip():
+            at = rank.get(episode_key(orjson.loads(line)))
+            if at is not None:
+                lines.setdefault(at, line + b"\n")
     tmp = partial.with_name(partial.name + ".tmp")
-    tmp.write_bytes(b"".join(lines))
+    tmp.write_bytes(b"".join(lines[k] for k in sorted(lines)))
     os.replace(tmp, partial)

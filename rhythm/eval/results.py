@@ -7,6 +7,7 @@ for identical results); keys this model does not name are kept as they are, so a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -122,5 +123,7 @@ class EvalResults(BaseModel):
         """Write the results JSON (sorted keys, indented): byte-identical for identical results."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        tmp = path.with_name(path.name + ".tmp")  # a run killed while writing leaves the last results whole
+        tmp.write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        os.replace(tmp, path)
         return path

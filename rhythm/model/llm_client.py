@@ -101,7 +101,8 @@ class LLMConfig:
     """USD per 1M tokens, by model name (azure: by deployment name): {name: {input: X, cached_input: Z, output: Y}}
     (cached_input optional: the price of prompt tokens served from the server's cache)."""
     max_cost_usd: Annotated[float, Gt(0)] | None = None
-    """Stop sending requests once this much has been spent (needs a price for the model)."""
+    """Stop sending requests once this run has spent this much (needs a price for the model); a ``--resume``d run
+    counts from 0, so give it what is left."""
     concurrency: Positive = 8
     """rhythm eval: requests in flight per step; weeks are played in lockstep batches of 4x this, each written as it
     finishes (rhythm generate uses its own --concurrency)."""

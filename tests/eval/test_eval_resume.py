@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 import rhythm.agents.episodes as episodes_module
+from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, run_eval
 
 
@@ -99,8 +100,66 @@ def test_resume_refuses_weeks_played_with_other_settings(run_cli, tmp_path: Path
     code, stdout, err = run_cli("eval", "--agent", "heuristic", "--episodes", "4", "--set", "references=[]",
                                 "-o", str(out), "--resume", "-q")
     assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
-    assert "played with other settings" in err and "without --resume" in err
+    assert "played with other settings or weights" in err and "to start over" in err
     assert partial.read_bytes() == before and not out.exists()
+
+
+def test_a_partial_with_blank_and_repeated_lines_ends_as_the_fresh_runs_file(tmp_path: Path) -> None:
+    cfg = EvalConfig(agent="heuristic", condition="all", episodes=2, references=[], output="r.json")
+    _run_in(tmp_path / "fresh", cfg)
+    lines = (tmp_path / "fresh" / "r.episodes.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "r.episodes.jsonl.partial").write_bytes(
+        b"".join([lines[0], b"\n", lines[1], lines[1], b"   \n", lines[3].replace(b"\n", b"\r\n"), b"\n"]))
+    said: list[str] = []
+    _run_in(tmp_path / "damaged", cfg, resume=True, say=said.append)
+    assert said[0].endswith(": 3 of the agent's weeks kept")
+    assert _weeks(tmp_path / "damaged" / "r.episodes.jsonl") == _weeks(tmp_path / "fresh" / "r.episodes.jsonl")
+    assert (tmp_path / "damaged" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
+
+
+def test_a_run_without_resume_keeps_a_killed_runs_weeks(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forgotten --resume loses nothing: the partial is refused with one line, kept as it was."""
+    out = tmp_path / "r.json"
+    _killed_after(monkeypatch, 1, "heuristic")
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(EvalConfig(agent="heuristic", condition="all", episodes=3, references=[], output=str(out)))
+    monkeypatch.undo()
+    partial = tmp_path / "r.episodes.jsonl.partial"
+    before = partial.read_bytes()
+    code, stdout, err = run_cli("eval", "--agent", "heuristic", "--episodes", "3", "--set", "references=[]",
+                                "-o", str(out), "-q")
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert "holds 3 weeks of an eval that did not finish; pass --resume" in err
+    assert partial.read_bytes() == before and not out.exists()
+
+
+def test_resume_refuses_weeks_of_another_env_or_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = EvalConfig(agent="heuristic", condition="all", episodes=2, references=[], output=str(tmp_path / "r.json"))
+    _killed_after(monkeypatch, 1, "heuristic")
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg)
+    monkeypatch.undo()
+    partial = tmp_path / "r.episodes.jsonl.partial"
+    original = partial.read_bytes()
+    for key, value, needle in (("env_version", "rhythm-v0", "a week of env rhythm-v0"), ("protocol", 1, "protocol v1")):
+        weeks = [orjson.loads(line) for line in original.splitlines()]
+        weeks[1][key] = value
+        partial.write_bytes(b"".join(orjson.dumps(w) + b"\n" for w in weeks))
+        with pytest.raises(RhythmError, match=needle):
+            run_eval(cfg, resume=True)
+        assert not (tmp_path / "r.json").exists()
+
+
+def test_an_evals_hash_covers_its_models_weights() -> None:
+    """Weeks of a retrained model never pass for the old one's on --resume: the weights are in the hash."""
+    from rhythm.config import config_hash
+    from rhythm.eval.evaluate import HOW_NOT_WHAT, eval_hash
+
+    cfg = EvalConfig(agent="model:runs/x")
+    assert eval_hash(cfg, {}) == config_hash(cfg, ignore=HOW_NOT_WHAT)  # scripted agents: the settings alone
+    assert len({eval_hash(cfg, {}), eval_hash(cfg, {"model:runs/x": "a" * 16}),
+                eval_hash(cfg, {"model:runs/x": "b" * 16})}) == 3
 
 
 def test_resume_without_a_partial_plays_every_week(tmp_path: Path) -> None:
