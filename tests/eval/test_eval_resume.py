@@ -89,7 +89,13 @@ def test_resume_keeps_weeks_written_out_of_order_and_writes_them_in_order(tmp_pa
     assert (tmp_path / "shuffled" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
 
 
-def test_resume_refuses_weeks_played_with_other_settings(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("args, needle", [
+    (["--episodes", "4", "--resume"], "played with other settings or weights"),  # another eval's weeks
+    (["--episodes", "3"], "holds 3 weeks of an eval that did not finish; pass --resume"),  # a forgotten --resume
+], ids=["other-settings", "no-resume"])
+def test_a_killed_runs_weeks_are_never_mixed_nor_lost(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     args, needle) -> None:
+    """One line and exit 2, and the partial stays as it was."""
     out = tmp_path / "r.json"
     _killed_after(monkeypatch, 1, "heuristic")
     with pytest.raises(KeyboardInterrupt):
@@ -97,10 +103,9 @@ def test_resume_refuses_weeks_played_with_other_settings(run_cli, tmp_path: Path
     monkeypatch.undo()
     partial = tmp_path / "r.episodes.jsonl.partial"
     before = partial.read_bytes()
-    code, stdout, err = run_cli("eval", "--agent", "heuristic", "--episodes", "4", "--set", "references=[]",
-                                "-o", str(out), "--resume", "-q")
+    code, stdout, err = run_cli("eval", "--agent", "heuristic", *args, "--set", "references=[]", "-o", str(out), "-q")
     assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
-    assert "played with other settings or weights" in err and "to start over" in err
+    assert needle in err and "to start over" in err
     assert partial.read_bytes() == before and not out.exists()
 
 
@@ -116,22 +121,6 @@ def test_a_partial_with_blank_and_repeated_lines_ends_as_the_fresh_runs_file(tmp
     assert said[0].endswith(": 3 of the agent's weeks kept")
     assert _weeks(tmp_path / "damaged" / "r.episodes.jsonl") == _weeks(tmp_path / "fresh" / "r.episodes.jsonl")
     assert (tmp_path / "damaged" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
-
-
-def test_a_run_without_resume_keeps_a_killed_runs_weeks(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A forgotten --resume loses nothing: the partial is refused with one line, kept as it was."""
-    out = tmp_path / "r.json"
-    _killed_after(monkeypatch, 1, "heuristic")
-    with pytest.raises(KeyboardInterrupt):
-        run_eval(EvalConfig(agent="heuristic", condition="all", episodes=3, references=[], output=str(out)))
-    monkeypatch.undo()
-    partial = tmp_path / "r.episodes.jsonl.partial"
-    before = partial.read_bytes()
-    code, stdout, err = run_cli("eval", "--agent", "heuristic", "--episodes", "3", "--set", "references=[]",
-                                "-o", str(out), "-q")
-    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
-    assert "holds 3 weeks of an eval that did not finish; pass --resume" in err
-    assert partial.read_bytes() == before and not out.exists()
 
 
 def test_resume_refuses_weeks_of_another_env_or_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
