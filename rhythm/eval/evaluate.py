@@ -334,9 +334,8 @@ def run_eval(
     files, and its partial. ``resume`` goes on from that partial (:func:`resumed_weeks`): its weeks are kept and
     only the others played, so the results equal an uninterrupted run's; without it, a partial that holds weeks is
     refused (``start_over``: deleted, as the quickstart's stages do), so a forgotten ``--resume`` loses nothing.
-    Both files are written under the
-    episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output stops before it touches
-    either (or waits, with ``wait_lock``).
+    Both files are written under the episodes file's lock (:mod:`rhythm.locking`): a second eval on the same output
+    stops before it touches either (or waits, with ``wait_lock``).
     """
     validate(cfg)
     agents = make_agents(cfg)
@@ -363,7 +362,7 @@ def run_eval(
 
             results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache,
                                agents=agents, done=done)
-        if done:  # the kept weeks first, then the new ones: written again in the order a fresh run writes them
+        if resume:  # the kept weeks first, then the new ones: written again in the order a fresh run writes them
             _write_in_order(cfg, partial)
         saved = results.save(cfg.output)
         os.replace(partial, ep_path)
