@@ -34,7 +34,7 @@ from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step, prior_mae_beside, true_belief
 from rhythm.locking import output_lock
-from rhythm.model.llm_client import LLMConfig
+from rhythm.model.llm_client import SENDING, LLMConfig
 from rhythm.model.load import ModelOptions, weights_digest
 from rhythm.provenance import versions
 from rhythm.records import (
@@ -91,8 +91,7 @@ def conditions_of(name: str) -> list[str]:
     return [name]
 
 
-HOW_NOT_WHAT = ("output", "llm.base_url", "llm.endpoint", "llm.concurrency", "llm.max_retries", "llm.timeout_s",
-                "llm.max_cost_usd", "llm.prices", "llm.max_consecutive_failures")
+HOW_NOT_WHAT = ("output", *(f"llm.{key}" for key in SENDING))
 """Settings that do not change an eval's results (where they go, which server answers for the model, how requests
 are sent; the results' ``config`` records them): out of its ``config_hash``, as in ``rhythm generate``'s.
 ``model.batch_size`` stays in: sampled decoding (``model.do_sample``) depends on which weeks share a batch."""

@@ -66,6 +66,12 @@ class Price:
         return (fresh * self.input + cached_tokens * cached_price + completion_tokens * self.output) / 1e6
 
 
+SENDING = ("base_url", "endpoint", "concurrency", "max_retries", "timeout_s", "max_cost_usd", "prices",
+           "max_consecutive_failures")
+"""The :class:`LLMConfig` fields that decide how requests are sent (which server answers for the model, how many at
+once, retries, budget), not what a reply is: left out of the hash of what an eval or a generate run makes."""
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     """Settings of chat-model teachers and agents (``--teacher openai|azure``, ``--agent openai:M``)."""

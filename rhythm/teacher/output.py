@@ -12,7 +12,7 @@ from typing import Any
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import config_hash, write_config
 from rhythm.errors import RhythmError
-from rhythm.model.llm_client import LLMConfig
+from rhythm.model.llm_client import SENDING, LLMConfig
 from rhythm.provenance import made_by
 from rhythm.records import JsonlWriter, done_keys
 
@@ -65,9 +65,7 @@ def sidecar_path(output: str | Path) -> Path:
     return Path(str(output) + ".config.yaml")
 
 
-HOW_NOT_WHAT = ("seeds", "condition", "split", "output", "concurrency", "chunk", "resume", "llm.base_url", "llm.endpoint",
-                "llm.concurrency", "llm.max_retries", "llm.timeout_s", "llm.max_cost_usd", "llm.prices",
-                "llm.max_consecutive_failures")
+HOW_NOT_WHAT = ("seeds", "condition", "split", "output", "concurrency", "chunk", "resume", *(f"llm.{key}" for key in SENDING))
 """Settings that do not change a week: which people (each record names its own), where they go, which server
 answers for the model (the sidecar records it), how many at once, retries and budget. The records' ``config_hash``
 leaves them out, so a resumed or a parallel run matches."""
