@@ -106,6 +106,11 @@ def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
     return list(range(n))
 
 
+def eval_weeks(cfg: EvalConfig) -> list[tuple[str, str, int]]:
+    """The (condition, split, seed) of every week the agent plays, in the order the episodes file lists them."""
+    return [(c, cfg.split, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c)]
+
+
 def validate(cfg: EvalConfig) -> None:
     """Fail fast, before any episode is played, on names and seeds that cannot work."""
     for condition in conditions_of(cfg.condition):
@@ -256,6 +261,7 @@ def evaluate(
     played_cache: PlayedCache | None = None,
     agents: dict[str, Any] | None = None,
     done: dict[tuple[str, str, int], EpisodeRecord] | None = None,
+    weights: dict[str, str | None] | None = None,
 ) -> EvalResults:
     """Play the agent and its references on every requested condition; returns the results.
 
@@ -266,11 +272,12 @@ def evaluate(
     deterministic in their settings and seeds, so each is played once. ``agents``: those of
     :func:`make_agents`, when already built. ``done``: the agent's weeks already played under this
     config (``rhythm eval --resume``), keyed by (condition, split, seed); only the others are played.
+    ``weights``: those of :func:`model_weights`, when already read.
     """
     validate(cfg)
     agents = agents if agents is not None else make_agents(cfg)
     names = list(agents)
-    weights = model_weights(cfg, names)
+    weights = weights if weights is not None else model_weights(cfg, names)
     chash = eval_hash(cfg, weights)
     results: dict[str, Any] = {
         "agent": cfg.agent,
@@ -289,6 +296,7 @@ def evaluate(
     for condition in conditions_of(cfg.condition):
         seeds = eval_seeds(cfg, condition)
         specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]
+        order = {seed: i for i, seed in enumerate(seeds)}
         played: dict[str, list[EpisodeRecord]] = {}
         for name in names:
             key = played_key(cfg, name, condition, seeds) if played_cache is not None else None
@@ -306,7 +314,6 @@ def evaluate(
                 stream = None if on_records is None else functools.partial(on_records, name, condition)
                 new = play(agents[name], todo, batch_size=play_batch_size(cfg, name), config_hash=chash,
                            model=name.partition(":")[2] or None, progress=progress, on_batch=stream)
-                order = {seed: i for i, seed in enumerate(seeds)}
                 played[name] = sorted([*kept.values(), *new], key=lambda r: order[r.seed]) if kept else new
                 if key is not None:
                     played_cache[key] = played[name]
@@ -338,11 +345,12 @@ def run_eval(
     """
     validate(cfg)
     agents = make_agents(cfg)
+    weights = model_weights(cfg, list(agents))  # read once: the hash a resume checks, and the results' record
     ep_path = episodes_path(cfg.output)
     say = say or (lambda msg: None)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
-        done = resumed_weeks(cfg, partial, eval_hash(cfg, model_weights(cfg, list(agents)))) if resume else {}
+        done = resumed_weeks(cfg, partial, eval_hash(cfg, weights)) if resume else {}
         if resume:
             say(f"resuming from {partial}: {len(done)} of the agent's weeks kept" if done else
                 f"nothing to resume in {partial}; playing every week")
@@ -360,7 +368,7 @@ def run_eval(
                         writer.write(r)
 
             results = evaluate(cfg, progress_factory=progress_factory, on_records=keep, played_cache=played_cache,
-                               agents=agents, done=done)
+                               agents=agents, done=done, weights=weights)
         if resume:  # the kept weeks first, then the new ones: written again in the order a fresh run writes them
             _write_in_order(cfg, partial)
         saved = results.save(cfg.output)
@@ -375,7 +383,7 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, chash: str) -> dict[tuple[str,
     lines are skipped and a torn last line is left out (the writer cuts it)."""
     if not partial.exists():
         return {}
-    wanted = {(c, cfg.split, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c)}
+    wanted = set(eval_weeks(cfg))
     done: dict[tuple[str, str, int], EpisodeRecord] = {}
     start_over = f"delete {partial} to start over"
     for lineno, obj in iter_jsonl(partial, skip_torn_last=True):
@@ -396,8 +404,7 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, chash: str) -> dict[tuple[str,
 def _write_in_order(cfg: EvalConfig, partial: Path) -> None:
     """Rewrite ``partial`` with each of this eval's weeks once (the first), in condition, then seed order: the file
     an uninterrupted run writes. Blank lines and weeks this eval does not play are left out."""
-    rank = {(c, cfg.split, s): i for i, (c, s) in enumerate(
-        (c, s) for c in conditions_of(cfg.condition) for s in eval_seeds(cfg, c))}
+    rank = {key: i for i, key in enumerate(eval_weeks(cfg))}
     lines: dict[int, bytes] = {}
     for line in partial.read_bytes().splitlines():
         if line.strip():
