@@ -258,6 +258,58 @@ def config_hash(config: Any, ignore: Iterable[str] = ()) -> str:
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
 
+def flat_settings(tree: Mapping[str, Any], ignore: Iterable[str] = (), prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"section.key": value}``, less the dotted keys ``ignore`` names (and what lies under
+    them), so two runs' settings can be compared key by key (:func:`settings_change`)."""
+    ignore = tuple(ignore)
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if any(name == k or name.startswith(k + ".") for k in ignore):
+            continue
+        if isinstance(value, Mapping):  # an empty section adds no key
+            out.update(flat_settings(value, ignore, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], shown: int = 3) -> str:
+    """The settings that differ between two :func:`flat_settings`, as ``k: 1 -> 2; sec.b: x -> y`` (the first
+    ``shown`` in key order, then how many more); empty when none does."""
+    unset = "<unset>"
+    keys = sorted(k for k in {*before, *now} if before.get(k, unset) != now.get(k, unset))
+    parts = [f"{k}: {before.get(k, unset)} -> {now.get(k, unset)}" for k in keys[:shown]]
+    more = f"; {len(keys) - shown} more" if len(keys) > shown else ""
+    return "; ".join(parts) + more
+
+
+def read_recorded(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A config :func:`write_config` wrote, as ``(settings, provenance)``; None when there is none to read."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    provenance = data.pop("_provenance", None)
+    return data, provenance if isinstance(provenance, dict) else {}
+
+
+def change_since(path: str | Path, seen: Iterable[Any], now: Mapping[str, Any], ignore: Iterable[str] = (),
+                 provenance_keys: Iterable[str] = ()) -> str:
+    """The settings of config ``now`` that differ from those written at ``path`` by the run that made the outputs
+    of hash ``seen`` (:func:`settings_change`, less ``ignore``; ``provenance_keys``: entries of its provenance
+    compared as settings too). Empty when that file is missing or records another run, so a refusal that quotes
+    it still stands on the hashes alone."""
+    found = read_recorded(path)
+    if found is None or found[1].get("config_hash") not in set(seen):
+        return ""
+    settings, provenance = found
+    before = {**settings, **{key: provenance.get(key) for key in provenance_keys}}
+    return settings_change(flat_settings(before, ignore), flat_settings(now, ignore))
+
+
 def write_config(config: Any, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
     """Write the resolved config as YAML beside an output (with optional provenance)."""
     path = Path(path)

@@ -39,7 +39,7 @@ import orjson
 from rhythm.agents.filtering import filtered_weeks
 from rhythm.agents.registry import check_agent_spec
 from rhythm.agents.tiny import tiny_student_name
-from rhythm.config import NULL, Positive, Unit, config_dict, load_config, write_config
+from rhythm.config import NULL, Positive, Unit, config_dict, flat_settings, load_config, settings_change, write_config
 from rhythm.env.constants import CONDITIONS, ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
@@ -141,30 +141,15 @@ def _stamp(config: Any, inputs: list[str | Path], root: Path) -> dict[str, Any]:
     config_text = orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS).decode().replace(str(root), "<out>")
     return {"package_version": package_version(), "env_version": ENV_VERSION, "tiny_student": tiny_student_name(),
             "config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
-            "settings": _flat(orjson.loads(config_text)),
+            "settings": flat_settings(orjson.loads(config_text)),
             "inputs": {name(i): stage_digest(i) for i in inputs}}
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config as ``{"section.key": value}``, so a stale stage can name the settings that changed."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _config_change(old: dict[str, Any], new: dict[str, Any], shown: int = 3) -> str:
+def _config_change(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The settings that differ between two stamps' ``settings`` (a stamp without them says only that)."""
     if "settings" not in old:
         return "config changed"
-    before, now = old["settings"], new["settings"]
-    keys = sorted(k for k in {*before, *now} if before.get(k, "<unset>") != now.get(k, "<unset>"))
-    parts = [f"{k}: {before.get(k, '<unset>')} -> {now.get(k, '<unset>')}" for k in keys[:shown]]
-    more = f"; {len(keys) - shown} more" if len(keys) > shown else ""
-    return f"config changed ({'; '.join(parts)}{more})"
+    return f"config changed ({settings_change(old['settings'], new['settings'])})"
 
 
 def _why_stale(old: dict[str, Any], new: dict[str, Any]) -> str | None:

@@ -100,6 +100,11 @@ class EpisodeRecord:
         return cls(steps=steps, **{k: d.pop(k) for k in list(d) if k in known}, extra=d)
 
 
+def sidecar_path(output: str | Path) -> Path:
+    """``<output>.config.yaml``: the effective config and provenance written beside an episodes JSONL."""
+    return Path(str(output) + ".config.yaml")
+
+
 def episode_key(record: dict[str, Any]) -> tuple[str, str, int]:
     """What identifies an episode within a file: (condition, split, seed)."""
     return (record["condition"], record["split"], int(record["seed"]))

@@ -253,3 +253,19 @@ def test_a_lone_number_is_text_where_a_field_takes_text(tmp_path: Path):
     assert load_config(GenerateConfig, path).seeds == "7"
     with pytest.raises(RhythmError, match="concurrency='x' is not a valid"):
         load_config(GenerateConfig, None, ["concurrency=x"])
+
+
+def test_settings_are_compared_key_by_key_less_what_is_ignored(tmp_path: Path):
+    """What a refused resume or a stale quickstart stage names: dotted keys, an ignored key and all under it left
+    out, the first few changes and a count of the rest; a written config reads back as its settings."""
+    from rhythm.config import flat_settings, read_recorded, settings_change, write_config
+
+    tree = {"a": 1, "llm": {"base_url": "u", "extra": {"x": 1}, "model": "m"}, "empty": {}}
+    assert flat_settings(tree) == {"a": 1, "llm.base_url": "u", "llm.extra.x": 1, "llm.model": "m"}
+    assert flat_settings(tree, ignore=("llm.base_url", "llm.extra")) == {"a": 1, "llm.model": "m"}
+    before, now = flat_settings(tree), flat_settings({"a": 2, "llm": {"model": "n", "extra": {"x": 1, "y": 2}}})
+    assert settings_change(before, now) == "a: 1 -> 2; llm.base_url: u -> <unset>; llm.extra.y: <unset> -> 2; 1 more"
+    assert settings_change(before, before) == ""
+    write_config(Inner(), tmp_path / "c.yaml", {"config_hash": "h"})
+    assert read_recorded(tmp_path / "c.yaml") == ({"horizon": 8, "samples": 16}, {"config_hash": "h"})
+    assert read_recorded(tmp_path / "missing.yaml") is None

@@ -82,8 +82,9 @@ def test_resume_refuses_a_file_made_with_other_settings(tmp_path: Path) -> None:
     assert more.skipped == 3 and more.episodes == 2 and len({r["config_hash"] for r in _lines(out)}) == 1
     before = out.read_bytes()
     planner = replace(cfg.teacher_options.planner, samples=4)
-    for other in (replace(cfg, teacher="random"), replace(cfg, teacher_options=replace(cfg.teacher_options, planner=planner))):
-        with pytest.raises(RhythmError, match=r"holds weeks made with other settings .* --resume would mix them"):
+    changes = ("teacher: heuristic -> random", f"teacher_options.planner.samples: {cfg.teacher_options.planner.samples} -> 4")
+    for other, change in zip((replace(cfg, teacher="random"), replace(cfg, teacher_options=replace(cfg.teacher_options, planner=planner))), changes):
+        with pytest.raises(RhythmError, match=rf"holds weeks made with other settings \(.*: {change}\): --resume would mix them"):
             generate(replace(other, seeds="0-5", resume=True))
     assert out.read_bytes() == before
 

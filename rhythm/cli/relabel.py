@@ -39,8 +39,7 @@ def relabel_command(
     from rhythm.config import write_config
     from rhythm.errors import RhythmError
     from rhythm.provenance import made_by
-    from rhythm.records import check_output, read_episodes, write_episodes
-    from rhythm.teacher.output import sidecar_path
+    from rhythm.records import check_output, read_episodes, sidecar_path, write_episodes
 
     check_output(output, inputs=[episodes])
     records = [record for _, record in read_episodes(episodes)]

@@ -26,7 +26,7 @@ from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.agents.tiny import resolve_model
-from rhythm.config import config_dict, config_hash
+from rhythm.config import change_since, config_dict, config_hash, write_config
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name
@@ -36,7 +36,7 @@ from rhythm.grader import GRADERS, belief_mae_by_step, prior_mae_beside, true_be
 from rhythm.locking import output_lock
 from rhythm.model.llm_client import SENDING, LLMConfig
 from rhythm.model.load import ModelOptions, weights_digest
-from rhythm.provenance import versions
+from rhythm.provenance import made_by, versions
 from rhythm.records import (
     EpisodeRecord,
     JsonlWriter,
@@ -45,6 +45,7 @@ from rhythm.records import (
     episode_key,
     iter_jsonl,
     record_protocol,
+    sidecar_path,
 )
 from rhythm.seeds import format_seeds, parse_seeds
 
@@ -336,7 +337,8 @@ def run_eval(
 
     ``played_cache``: see :func:`evaluate`. The agents are built first, so bad settings stop the run
     before it touches a file, and the agent's episodes stream to ``<episodes>.partial`` batch by batch, which
-    replaces the episodes file only once the results are written: a run that fails leaves the last eval's two
+    replaces the episodes file only once the results are written, its effective config and weights
+    (``<partial>.config.yaml``) becoming ``<episodes>.config.yaml``: a run that fails leaves the last eval's
     files, and its partial. ``resume`` goes on from that partial (:func:`resumed_weeks`): its weeks are kept and
     only the others played, so the results equal an uninterrupted run's; without it, a partial that holds weeks is
     refused (``start_over``: deleted, as the quickstart's stages do), so a forgotten ``--resume`` loses nothing.
@@ -350,7 +352,7 @@ def run_eval(
     say = say or (lambda msg: None)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
-        done = resumed_weeks(cfg, partial, eval_hash(cfg, weights)) if resume else {}
+        done = resumed_weeks(cfg, partial, weights) if resume else {}
         if resume:
             say(f"resuming from {partial}: {len(done)} of the agent's weeks kept" if done else
                 f"nothing to resume in {partial}; playing every week")
@@ -360,6 +362,7 @@ def run_eval(
                 raise RhythmError(f"{partial} holds {held} weeks of an eval that did not finish; pass --resume to keep "
                                   "them and play the rest, or delete it to start over")
             partial.unlink(missing_ok=True)
+        write_config(cfg, sidecar_path(partial), made_by(config_hash=eval_hash(cfg, weights), weights=weights))
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
@@ -372,17 +375,20 @@ def run_eval(
         if resume:  # the kept weeks first, then the new ones: written again in the order a fresh run writes them
             _write_in_order(cfg, partial)
         saved = results.save(cfg.output)
+        os.replace(sidecar_path(partial), sidecar_path(ep_path))
         os.replace(partial, ep_path)
         return results, saved, ep_path
 
 
-def resumed_weeks(cfg: EvalConfig, partial: Path, chash: str) -> dict[tuple[str, str, int], EpisodeRecord]:
+def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]) -> dict[tuple[str, str, int], EpisodeRecord]:
     """The agent's weeks a killed ``rhythm eval`` left in ``partial`` that this run would play, keyed by
-    (condition, split, seed), the first of each. Weeks played under other settings or weights (another
-    ``config_hash``: :func:`eval_hash`), another env or another text protocol are refused, not mixed in; blank
-    lines are skipped and a torn last line is left out (the writer cuts it)."""
+    (condition, split, seed), the first of each. Weeks played under other settings or ``weights`` (another
+    ``config_hash``: :func:`eval_hash`; the refusal names what differs from the partial's config sidecar), another
+    env or another text protocol are refused, not mixed in; blank lines are skipped and a torn last line is left
+    out (the writer cuts it)."""
     if not partial.exists():
         return {}
+    chash = eval_hash(cfg, weights)
     wanted = set(eval_weeks(cfg))
     done: dict[tuple[str, str, int], EpisodeRecord] = {}
     start_over = f"delete {partial} to start over"
@@ -393,9 +399,11 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, chash: str) -> dict[tuple[str,
             raise RhythmError(f"{where}: a week of env {obj.get('env_version')}, protocol v{record_protocol(obj)} (this "
                               f"rhythm: {ENV_VERSION}, v{PROTOCOL_VERSION}); --resume would mix them: {start_over}")
         if obj.get("config_hash") != chash:
+            differs = change_since(sidecar_path(partial), [obj.get("config_hash")], {**config_dict(cfg), "weights": weights},
+                                   HOW_NOT_WHAT, provenance_keys=("weights",))
             raise RhythmError(f"{where}: a week played with other settings or weights (config_hash "
-                              f"{obj.get('config_hash')}; this eval's is {chash}); --resume would mix them: rerun "
-                              f"with the settings it was started with, or {start_over}")
+                              f"{obj.get('config_hash')}; this eval's is {chash}{': ' + differs if differs else ''}); "
+                              f"--resume would mix them: rerun with the settings it was started with, or {start_over}")
         if episode_key(obj) in wanted:
             done.setdefault(episode_key(obj), EpisodeRecord.from_dict(obj))
     return done

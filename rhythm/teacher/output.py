@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from rhythm.agents.teachers import TeacherConfig
-from rhythm.config import config_hash, write_config
+from rhythm.config import change_since, config_dict, config_hash, write_config
 from rhythm.errors import RhythmError
 from rhythm.model.llm_client import SENDING, LLMConfig
 from rhythm.provenance import made_by
-from rhythm.records import JsonlWriter, done_keys
+from rhythm.records import JsonlWriter, done_keys, sidecar_path
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,6 @@ class GenerateSummary:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def sidecar_path(output: str | Path) -> Path:
-    return Path(str(output) + ".config.yaml")
-
-
 HOW_NOT_WHAT = ("seeds", "condition", "split", "output", "concurrency", "chunk", "resume", *(f"llm.{key}" for key in SENDING))
 """Settings that do not change a week: which people (each record names its own), where they go, which server
 answers for the model (the sidecar records it), how many at once, retries and budget. The records' ``config_hash``
@@ -92,8 +88,10 @@ def open_output(
     done = done_keys(out_path) if (cfg.resume and out_path is not None) else {}
     other = sorted({h for h in done.values() if h != chash}, key=str)
     if other:
+        differs = "" if out_path is None else change_since(sidecar_path(out_path), other, config_dict(recorded), HOW_NOT_WHAT)
         raise RhythmError(f"{cfg.output} holds weeks made with other settings (config_hash {', '.join(map(str, other))}; "
-                          f"these are {chash}): --resume would mix them; give another --output, or drop --resume")
+                          f"these are {chash}{': ' + differs if differs else ''}): --resume would mix them; give "
+                          "another --output, or drop --resume")
     todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
     summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
     if on_total:
@@ -103,3 +101,4 @@ def open_output(
         if out_path is not None:
             write_config(recorded, sidecar_path(out_path), made_by(config_hash=chash, **(extra or {})))
         yield writer, todo, summary
+

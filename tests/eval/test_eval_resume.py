@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 import rhythm.agents.episodes as episodes_module
+from rhythm.config import config_dict, read_recorded
 from rhythm.errors import RhythmError
-from rhythm.eval.evaluate import EvalConfig, run_eval
+from rhythm.eval.evaluate import EvalConfig, resumed_weeks, run_eval
 
 
 def _weeks(path: Path) -> list[dict]:
@@ -74,7 +75,10 @@ def test_a_resumed_eval_equals_an_uninterrupted_one_and_plays_only_the_missing_w
     assert (folder / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()
     assert results == fresh
     assert _weeks(folder / "r.episodes.jsonl") == _weeks(fresh_episodes)
-    assert not partial.exists()
+    assert not partial.exists() and not (folder / "r.episodes.jsonl.partial.config.yaml").exists()
+    sidecars = [read_recorded(f / "r.episodes.jsonl.config.yaml") for f in (folder, tmp_path / "fresh")]
+    assert sidecars[0][0] == sidecars[1][0] == config_dict(cfg)  # the effective config beside the episodes
+    assert sidecars[0][1]["config_hash"] == results.config_hash
 
 
 def test_resume_keeps_weeks_written_out_of_order_and_writes_them_in_order(tmp_path: Path) -> None:
@@ -90,9 +94,10 @@ def test_resume_keeps_weeks_written_out_of_order_and_writes_them_in_order(tmp_pa
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--episodes", "4", "--resume"], "played with other settings or weights"),  # another eval's weeks
+    (["--episodes", "4", "--resume"], "played with other settings or weights (config_hash "),  # another eval's weeks
+    (["--episodes", "4", "--resume"], ": episodes: 3 -> 4)"),  # and which setting differs
     (["--episodes", "3"], "holds 3 weeks of an eval that did not finish; pass --resume"),  # a forgotten --resume
-], ids=["other-settings", "no-resume"])
+], ids=["other-settings", "named", "no-resume"])
 def test_a_killed_runs_weeks_are_never_mixed_nor_lost(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      args, needle) -> None:
     """One line and exit 2, and the partial stays as it was."""
@@ -149,6 +154,21 @@ def test_an_evals_hash_covers_its_models_weights() -> None:
     assert eval_hash(cfg, {}) == config_hash(cfg, ignore=HOW_NOT_WHAT)  # scripted agents: the settings alone
     assert len({eval_hash(cfg, {}), eval_hash(cfg, {"model:runs/x": "a" * 16}),
                 eval_hash(cfg, {"model:runs/x": "b" * 16})}) == 3
+
+
+def test_a_resume_refused_for_other_weights_names_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal reads what differs from the partial's config sidecar: settings and model weights alike."""
+    cfg = EvalConfig(agent="heuristic", condition="all", episodes=2, references=[], output=str(tmp_path / "r.json"))
+    _killed_after(monkeypatch, 1, "heuristic")
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg)
+    partial = tmp_path / "r.episodes.jsonl.partial"
+    assert len(resumed_weeks(cfg, partial, {})) == 2
+    with pytest.raises(RhythmError, match=r"this eval's is \w+: weights\.model:x: <unset> -> b{16}\)"):
+        resumed_weeks(cfg, partial, {"model:x": "b" * 16})
+    (tmp_path / "r.episodes.jsonl.partial.config.yaml").unlink()  # no sidecar: the hashes alone
+    with pytest.raises(RhythmError, match=r"this eval's is \w+\); --resume would mix them"):
+        resumed_weeks(cfg, partial, {"model:x": "b" * 16})
 
 
 def test_resume_without_a_partial_plays_every_week(tmp_path: Path) -> None:
