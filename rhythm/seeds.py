@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
+from rhythm.env.profiles import MAX_SEED
 from rhythm.errors import RhythmError
 
 _PART = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits only (\d also takes other scripts')
-MAX_SEED = 2**63 - 1
 MAX_SEEDS = 10_000_000
 """Seeds one spec may name in all: far beyond any run, short of what a typo would make fill memory."""
 

@@ -1,7 +1,8 @@
 """BatchedRhythmEnv: N weeks stepped at once with numpy, bit-identical to N ``RhythmEnv`` instances.
 
 Used by the baselines, the teachers, the eval runner, GRPO rewards and the benchmarks. All episodes
-start together and end together after 28 steps; there is no autoreset (call ``reset`` again).
+start together and end together after 28 steps; there is no autoreset (call ``reset`` again), unless it is
+built with ``autoreset=True`` (Gymnasium's next-step autoreset, for RL loops and vector wrappers that need it).
 ``snapshot``/``restore`` copy the full state, so a state can be branched and replayed exactly.
 """
 
@@ -17,8 +18,9 @@ from gymnasium.vector.utils import batch_space
 
 from rhythm.env.constants import ENV_VERSION, EPISODE_STEPS, N_ACTIONS, N_DAYS, N_METERS, N_SLOTS
 from rhythm.env.dynamics import Params, StepResult, make_params, noise_batch, start_meters, step_batch
-from rhythm.env.profiles import belief_of, keys_for, sample_profiles
+from rhythm.env.profiles import MAX_SEED, belief_of, check_seed, keys_for, sample_profiles
 from rhythm.env.randomness import future_keys
+from rhythm.env.render import meter_image, render_observation
 from rhythm.env.rhythm_env import OBS_SIZE, OBSERVATION_SPACE
 
 
@@ -55,19 +57,31 @@ class BatchedRhythmEnv(VectorEnv):
     """``num_envs`` episodes of one condition and split, stepped together.
 
     ``gymnasium.make_vec("rhythm/RhythmEnv-v1", num_envs=N, condition=..., split=..., seed=...)`` builds
-    one. There is no autoreset: all episodes end together after 28 steps; call ``reset`` again.
+    one. All episodes end together after 28 steps; call ``reset`` again, or build it with ``autoreset=True``:
+    then the step after the last one starts the next ``num_envs`` people (the actions are ignored, the reward
+    is 0), as Gymnasium's ``AutoresetMode.NEXT_STEP`` says. ``info`` holds one entry per episode under each key,
+    as a sync vector env's does (``t``, ``day``, ``slot``, ``meters``, ``delta``, ``anomaly``; ``crashes`` after a
+    step), and ``render()`` each episode's render, as :class:`RhythmEnv` draws it.
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.DISABLED, "env_version": ENV_VERSION}
+    metadata = {"autoreset_mode": AutoresetMode.DISABLED, "render_modes": ["ansi", "rgb_array"],
+                "env_version": ENV_VERSION}
 
-    def __init__(self, condition: str = "in-dist", split: str = "train", num_envs: int = 1, seed: int = 0):
+    def __init__(self, condition: str = "in-dist", split: str = "train", num_envs: int = 1, seed: int = 0,
+                 autoreset: bool = False, render_mode: str | None = None):
         sample_profiles(condition, split, np.zeros(1, dtype=np.int64))  # validates both names
-        if int(seed) < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self._next_seed = int(seed)  # the first seed a reset() without seeds plays
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"unsupported render_mode {render_mode!r}; use 'ansi', 'rgb_array' or None")
+        self._next_seed = check_seed(seed)  # the first seed a reset() without seeds plays
         self.condition = condition
         self.split = split
-        self.num_envs = num_envs
+        self.num_envs = int(num_envs)
+        self.render_mode = render_mode
+        self.autoreset = autoreset
+        if autoreset:
+            self.metadata = {**self.metadata, "autoreset_mode": AutoresetMode.NEXT_STEP}
         self.single_action_space = spaces.Discrete(N_ACTIONS)
         self.single_observation_space = OBSERVATION_SPACE
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -90,15 +104,22 @@ class BatchedRhythmEnv(VectorEnv):
         throughout. Branch mode values an action under several futures
         this way (:mod:`rhythm.train.grpo.branch`)."""
         options = options or {}
+        unknown = set(options) - {"seed", "seeds", "future", "future_from"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; BatchedRhythmEnv takes 'seeds' (or 'seed'), "
+                             "'future' and 'future_from'")
+        if "seed" in options and "seeds" in options:
+            raise ValueError("give the reset option 'seeds' or 'seed', not both")
         if seed is None:
-            seed = options.get("seeds", self._next_seed)
-        seeds = np.asarray(seed, dtype=np.int64)
-        if seeds.ndim == 0:
-            seeds = int(seeds) + np.arange(self.num_envs, dtype=np.int64)
+            seed = options.get("seeds", options.get("seed", self._next_seed))
+        raw = np.asarray(seed)
+        if raw.dtype.kind not in "iu" or raw.ndim > 1 or (raw < 0).any() or (raw > MAX_SEED - (raw.ndim == 0) * (self.num_envs - 1)).any():
+            raise ValueError(f"seed must be an integer in [0, 2**63 - 1] or {self.num_envs} of them, got {seed!r}")
+        seeds = raw.astype(np.int64)
+        if raw.ndim == 0:
+            seeds = seeds + np.arange(self.num_envs, dtype=np.int64)
         if len(seeds) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} seeds, got {len(seeds)}")
-        if (seeds < 0).any():
-            raise ValueError("seeds must be >= 0")
         self.seeds = seeds
         self.future = _future(options, self.num_envs)
         self._next_seed = int(seeds[-1]) + 1
@@ -120,9 +141,10 @@ class BatchedRhythmEnv(VectorEnv):
         """Advance every episode; returns the raw :class:`StepResult` (used by runners and rewards)."""
         if self.state is None or self.state.t >= EPISODE_STEPS:
             raise RuntimeError("episodes are over (or not started); call reset()")
-        actions = np.asarray(actions, dtype=np.int64)
-        if actions.shape != (self.num_envs,) or (actions < 0).any() or (actions >= N_ACTIONS).any():
-            raise ValueError(f"actions must be {self.num_envs} integers in [0, {N_ACTIONS})")
+        given = np.asarray(actions)
+        if given.dtype.kind not in "iu" or given.shape != (self.num_envs,) or (given < 0).any() or (given >= N_ACTIONS).any():
+            raise ValueError(f"actions must be {self.num_envs} integers in [0, {N_ACTIONS}), got {actions!r}")
+        actions = given.astype(np.int64)
         s = self.state
         z = noise_batch(self.keys, s.t)
         if self._future_keys is not None:
@@ -133,15 +155,36 @@ class BatchedRhythmEnv(VectorEnv):
         return res
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        n = self.num_envs
+        if self.autoreset and self.state is not None and self.state.t >= EPISODE_STEPS:  # next-step autoreset
+            obs, info = self.reset()
+            return obs, np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), info
         res = self.step_raw(actions)
-        done = np.full(self.num_envs, self.state.t >= EPISODE_STEPS)
+        done = np.full(n, self.state.t >= EPISODE_STEPS)
         info = self._info()
-        info["crashes"] = res.crashes
-        return encode_batch(self.state), res.reward, done, np.zeros(self.num_envs, dtype=bool), info
+        info["crashes"], info["_crashes"] = res.crashes, np.ones(n, dtype=bool)
+        return encode_batch(self.state), res.reward, done, np.zeros(n, dtype=bool), info
 
     def _info(self) -> dict[str, Any]:
-        s = self.state
-        return {"t": s.t, "meters": s.meters.copy(), "delta": s.delta.copy(), "anomaly": s.anomaly.copy()}
+        """Each key one entry per episode, beside its ``_key`` mask (all true: every episode has every key), as
+        Gymnasium's vector envs give them."""
+        s, n = self.state, self.num_envs
+        t = min(s.t, EPISODE_STEPS - 1)  # the last observation keeps the last slot's clock, as RhythmEnv's does
+        info = {"t": np.full(n, s.t), "day": np.full(n, t // N_SLOTS), "slot": np.full(n, t % N_SLOTS),
+                "meters": s.meters.copy(), "delta": s.delta.copy(), "anomaly": s.anomaly.copy()}
+        return {**info, **{f"_{key}": np.ones(n, dtype=bool) for key in info}}
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Each episode's render (:meth:`RhythmEnv.render`): its text (``"ansi"``) or a picture of its meters
+        (``"rgb_array"``); None without a render mode."""
+        if self.render_mode is None:
+            return None
+        if self.state is None:
+            raise RuntimeError("call reset() first")
+        s, t = self.state, min(self.state.t, EPISODE_STEPS - 1)
+        if self.render_mode == "rgb_array":
+            return tuple(meter_image(m, s.t) for m in s.meters)
+        return tuple(render_observation(t, m, int(a), d, x) for m, a, d, x in zip(s.meters, s.last_action, s.delta, s.anomaly))
 
     def snapshot(self) -> BatchState:
         """A copy of the current state; :meth:`restore` it to replay from here."""

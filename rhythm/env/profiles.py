@@ -143,6 +143,17 @@ def check_split(split: str) -> None:
         raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed of a person (seeds are int64)."""
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` as an int, or a ``ValueError`` unless it is a whole number in [0, :data:`MAX_SEED`]."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {seed!r}")
+    return int(seed)
+
+
 def keys_for(condition: str, split: str, seeds: np.ndarray) -> np.ndarray:
     """Episode keys of (condition, split, seeds): the root of all randomness of those episodes."""
     check_condition(condition)

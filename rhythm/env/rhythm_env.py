@@ -92,7 +92,8 @@ W (work) = 0.5 + 0.2 work_vitality_recovery + 0.15 progress_serenity_bonus
 
 ## Conditions and Splits
 
-The profile is drawn from (condition, split, seed); train seed 0 and eval seed 0 are different people.
+The profile is drawn from (condition, split, seed); train seed 0 and eval seed 0 are different people
+(``discrete`` excepted: its three people are the same in both splits, and the split changes their noise and start).
 
 - ``in-dist``: the training distribution. Signed factors uniform in [-0.7, 0.7], unit factors in
   [0.15, 0.85]; social_serenity shares social_vitality's sign and evening_cognition has the opposite
@@ -113,7 +114,11 @@ The profile is drawn from (condition, split, seed); train seed 0 and eval seed 0
 seed ``s`` of that condition and split (``options={"seed": s}`` too). A ``reset()`` without a seed plays
 a seed drawn from the env's generator, or, when the env was built with ``seed=s``, the seed after the last
 one played (``s`` first), so an RL library that resets without seeds walks the split's people in order.
-``render_mode="ansi"`` returns the text. Registered as ``rhythm/RhythmEnv-v1``
+Copies of the env (``gymnasium.make_vec(..., vectorization_mode="sync")`` or ``"async"``, Stable-Baselines3's
+``make_vec_env``) are built alike, so built with ``seed=s`` they would all play the same people: leave ``seed`` out
+and seed them through ``reset(seed=s)`` (Gymnasium gives copy ``i`` seed ``s + i``; each copy's later resets draw
+from its own seeded generator). ``render_mode="ansi"`` renders the text, ``"rgb_array"`` a picture of the meters
+(:func:`rhythm.env.render.meter_image`; ``gymnasium.make(..., render_mode="human")`` shows it). Registered as ``rhythm/RhythmEnv-v1``
 (``gymnasium.make("rhythm/RhythmEnv-v1", condition="ood", split="eval", seed=0)`` after ``import rhythm``;
 ``gymnasium.make_vec`` gives :class:`rhythm.env.batched.BatchedRhythmEnv`).
 
@@ -141,8 +146,8 @@ from rhythm.env.constants import (
     N_SLOTS,
 )
 from rhythm.env.dynamics import ScalarParams, make_params, start_meters, step_scalar
-from rhythm.env.profiles import belief_of, keys_for, sample_profiles
-from rhythm.env.render import render_observation
+from rhythm.env.profiles import belief_of, check_seed, keys_for, sample_profiles
+from rhythm.env.render import meter_image, render_observation
 
 OBS_SIZE = 3 * N_METERS + 1 + N_SLOTS + N_ACTIONS
 _OBS_LOW = np.full(OBS_SIZE, -2.0, dtype=np.float32)
@@ -174,22 +179,20 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
     """One week of one hidden person (see the module docstring for the full specification)."""
 
     # render_fps: a viewer that animates the ansi text shows a day a second (Gymnasium's checker asks for it)
-    metadata = {"render_modes": ["ansi"], "render_fps": N_SLOTS, "env_version": ENV_VERSION}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": N_SLOTS, "env_version": ENV_VERSION}
 
     def __init__(
         self, condition: str = "in-dist", split: str = "train", seed: int | None = None, render_mode: str | None = None
     ):
         sample_profiles(condition, split, np.zeros(1, dtype=np.int64))  # validates both names
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"unsupported render_mode {render_mode!r}; use 'ansi' or None")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"unsupported render_mode {render_mode!r}; use 'ansi', 'rgb_array' or None")
         self.condition = condition
         self.split = split
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.observation_space = OBSERVATION_SPACE
-        if seed is not None and int(seed) < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self._next_seed = None if seed is None else int(seed)  # what a reset() without a seed plays
+        self._next_seed = None if seed is None else check_seed(seed)  # what a reset() without a seed plays
         self.seed_value: int | None = None
         self.profile: np.ndarray | None = None
         self._t = EPISODE_STEPS
@@ -205,12 +208,13 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
+        unknown = set(options or {}) - {"seed"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; RhythmEnv takes 'seed'")
         episode_seed = (options or {}).get("seed", seed)
         if episode_seed is None:
             episode_seed = self._next_seed if self._next_seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        episode_seed = int(episode_seed)
-        if episode_seed < 0:
-            raise ValueError(f"seed must be >= 0, got {episode_seed}")
+        episode_seed = check_seed(episode_seed)
         if self._next_seed is not None:
             self._next_seed = episode_seed + 1
         seeds = np.array([episode_seed], dtype=np.int64)
@@ -228,9 +232,11 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._t >= EPISODE_STEPS:
             raise RuntimeError("episode is over; call reset()")
+        whole = type(action) is int or isinstance(action, np.integer) or (  # a bool or a float is no action
+            isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu")
+        if not whole or not 0 <= action < N_ACTIONS:
+            raise ValueError(f"action must be an integer in [0, {N_ACTIONS}), got {action!r}")
         a = int(action)
-        if not 0 <= a < N_ACTIONS:
-            raise ValueError(f"action must be in [0, {N_ACTIONS}), got {action!r}")
         new, reward, crashes, delta, anomaly = step_scalar(self._params, self._meters, self._t, a, self._key)
         self._meters, self._delta, self._anomaly = new, delta, anomaly
         self._last_action = a
@@ -260,8 +266,13 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
             min(self._t, EPISODE_STEPS - 1), self._meters, self._last_action, self._delta, self._anomaly
         )
 
-    def render(self) -> str | None:
-        return self.text if self.render_mode == "ansi" else None
+    def render(self) -> str | np.ndarray | None:
+        """The text (``render_mode="ansi"``), a picture of the meters (``"rgb_array"``), or None."""
+        if self.render_mode is None:
+            return None
+        if self.profile is None:
+            raise RuntimeError("call reset() first")
+        return self.text if self.render_mode == "ansi" else meter_image(self._meters, self._t)
 
     def action_name(self, action: int) -> str:
         return ACTIONS[action]

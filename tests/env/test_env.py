@@ -42,6 +42,7 @@ def test_passes_gymnasium_env_checker(condition: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(RhythmEnv(condition, render_mode="ansi"))
+        check_env(RhythmEnv(condition, render_mode="rgb_array"))
     expected = ("Not able to test alternative render modes due to the environment not having a spec",
                 "No render fps was declared in the environment")
     unexpected = [str(w.message) for w in caught if not any(e in str(w.message) for e in expected)]
@@ -73,10 +74,51 @@ def test_bad_arguments_are_refused() -> None:
         RhythmEnv("in-dist", "test")
     env = RhythmEnv()
     env.reset(seed=0)
-    with pytest.raises(ValueError, match=r"action must be in \[0, 10\), got 10"):
+    with pytest.raises(ValueError, match=r"action must be an integer in \[0, 10\), got 10"):
         env.step(10)
+    for bad in (3.7, "3", True, np.array([3]), np.float32(2.0), -1):  # never cast into another action
+        with pytest.raises(ValueError, match="action must be an integer"):
+            env.step(bad)
+    assert env.step(np.int64(3))[-1]["t"] == 1 and env.step(np.array(4))[-1]["t"] == 2  # what policies return
     with pytest.raises(gymnasium.error.Error, match="Seed must be greater or equal to zero"):
         env.reset(seed=-1)
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*63 - 1\]"):
+        env.reset(seed=2**63)
+    with pytest.raises(ValueError, match=r"seed must be an integer"):
+        env.reset(options={"seed": 1.5})
+    with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['seeds'\]"):
+        env.reset(options={"seeds": [1]})
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        RhythmEnv(seed=-3)
+
+
+@pytest.mark.parametrize("mode", [None, "ansi", "rgb_array"])
+def test_render_modes(mode) -> None:
+    """``ansi`` is the text a model reads, ``rgb_array`` a picture of the meters: each bar filled to its level,
+    the steps played as dark cells; rendering before a reset says to reset."""
+    env = RhythmEnv(render_mode=mode)
+    if mode is not None:
+        with pytest.raises(RuntimeError, match=r"call reset\(\) first"):
+            env.render()
+    env.reset(seed=4)
+    for a in (0, 3, 9):
+        env.step(a)
+    frame = env.render()
+    if mode is None:
+        assert frame is None
+    elif mode == "ansi":
+        assert frame == env.text
+    else:
+        assert frame.shape == (120, 168, 3) and frame.dtype == np.uint8
+        white, empty = np.array([255, 255, 255]), np.array([225, 225, 225])
+        for i, level in enumerate(env._meters):  # bar i's column: coloured rows = level x 100 (the crash line aside)
+            column = frame[4:104, 8 + i * 32 + 1]
+            coloured = ~(column == empty).all(axis=1) & ~(column == white).all(axis=1) & ~(column == [200, 30, 30]).all(axis=1)
+            assert abs(int(coloured.sum()) - round(level * 100)) <= 1
+        strip = frame[110:116, 8:148:5, 0]
+        assert (strip[0] == 90).sum() == 3 and (strip[0] == 210).sum() == EPISODE_STEPS - 3
+    with pytest.raises(ValueError, match="unsupported render_mode 'human'"):
+        RhythmEnv(render_mode="human")
 
 
 def _trajectory_digest(condition: str, seed: int, actions: list[int]) -> str:

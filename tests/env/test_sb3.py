@@ -33,3 +33,19 @@ def test_ppo_trains_a_few_thousand_steps_and_its_saved_policy_plays_a_week(tmp_p
         obs, reward, terminated, truncated, _ = played.step(action)
         steps, total = steps + 1, total + reward
     assert steps == EPISODE_STEPS and terminated and not truncated and np.isfinite(total)
+
+
+def test_sb3_make_vec_env_builds_copies_that_play_other_people() -> None:
+    """SB3's helper asks for ``render_mode="rgb_array"`` by default, which the env draws; seeded, its copies start
+    on seeds s, s+1 and then draw other people each."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    vec = make_vec_env(ENV_ID, n_envs=2, seed=0)
+    vec.reset()
+    seen = [tuple(vec.get_attr("seed_value"))]
+    for _ in range(EPISODE_STEPS):
+        vec.step(np.array([0, 1]))  # the last step resets each copy (SB3's autoreset)
+    seen.append(tuple(vec.get_attr("seed_value")))
+    assert seen[0] == (0, 1) and len(set(seen[0] + seen[1])) == 4
+    frames = vec.get_images()
+    assert [f.shape for f in frames] == [(120, 168, 3)] * 2
