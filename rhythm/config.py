@@ -113,8 +113,8 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise RhythmError(f"override {pair!r} is not key=value")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+        try:  # "-" is stdin (data=-), not YAML's list of one null
+            value = raw.strip() if raw.strip() in ("", "-") else yaml.safe_load(raw)
         except yaml.YAMLError:
             value = raw
         out[key.strip()] = NULL if value is None else value

@@ -94,6 +94,11 @@ def test_wrong_types_and_bad_files_fail_loudly(tmp_path: Path) -> None:
         parse_overrides(["novalue"])
 
 
+def test_a_dash_override_is_stdin_not_a_yaml_list() -> None:
+    """``--set data=-`` (the python -m entry's way to read stdin) is the text "-"; other values stay YAML."""
+    assert parse_overrides(["data=-", "d= - ", "xs=[1, 2]", "e="]) == {"data": "-", "d": "-", "xs": [1, 2], "e": ""}
+
+
 def test_a_key_given_twice_is_refused_with_its_line(tmp_path: Path) -> None:
     """YAML itself keeps the last of two equal keys without a word; a config refuses it, at any depth."""
     twice = tmp_path / "twice.yaml"

@@ -62,10 +62,12 @@ def _yaml(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
 
 
-def config_fields(cls: type) -> list[tuple[str, str, str, str]]:
-    """``(name, type, default as YAML, help)`` for every field of a config dataclass, in order."""
+def config_fields(cls: type, defaults: Any = None) -> list[tuple[str, str, str, str]]:
+    """``(name, type, default as YAML, help)`` for every field of a config dataclass, in order; ``defaults``: the
+    instance whose values are the defaults (a section's, as its parent's default builds it), else the class's."""
     hints, docs = typing.get_type_hints(cls, include_extras=True), field_docs(cls)
-    return [(f.name, _type_name(hints[f.name]), _yaml(_default(f)), docs.get(f.name, "")) for f in dataclasses.fields(cls)]
+    return [(f.name, _type_name(hints[f.name]), _yaml(_default(f) if defaults is None else getattr(defaults, f.name)),
+             docs.get(f.name, "")) for f in dataclasses.fields(cls)]
 
 
 def describe_config(cls: type, command: str) -> str:
@@ -77,14 +79,15 @@ def describe_config(cls: type, command: str) -> str:
     return "\n".join(lines)
 
 
-def _field_lines(cls: type, indent: str, width: int, prefix: str = "") -> list[str]:
+def _field_lines(cls: type, indent: str, width: int, prefix: str = "", defaults: Any = None) -> list[str]:
     """Each field as ``name: type = default`` over its help; a section's fields follow it, indented, as the
-    dotted keys ``--set`` takes."""
+    dotted keys ``--set`` takes, with the defaults its parent gives it (grpo's ``jobs.timeout`` is not sft's)."""
     hints, lines = typing.get_type_hints(cls), []
-    for name, type_name, default, help_text in config_fields(cls):
+    defaults = cls() if defaults is None else defaults
+    for name, type_name, default, help_text in config_fields(cls, defaults):
         lines.append(f"{indent}{prefix}{name}: {type_name} = {default}")
         lines += textwrap.wrap(" ".join(help_text.split()), width - len(indent) - 4, initial_indent=indent + "    ",
                                subsequent_indent=indent + "    ")
         if dataclasses.is_dataclass(hints[name]):
-            lines += _field_lines(hints[name], indent + "    ", width, f"{prefix}{name}.")
+            lines += _field_lines(hints[name], indent + "    ", width, f"{prefix}{name}.", getattr(defaults, name))
     return lines

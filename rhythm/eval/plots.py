@@ -404,6 +404,7 @@ class TrainingSeries:
 LEARNING_KEYS = {
     "groups_without_spread": "groups with no reward spread (share)",
     "probe/action_changed": "probe states whose greedy action changed (share)",
+    "probe/belief_shift": "mean change of the probe states' greedy belief",
     "probe/kl": "KL to the starting policy per reply token (nats)",
 }
 """What shows whether a refine run can learn (TRL's and :mod:`rhythm.train.grpo.probe`'s log keys)."""
@@ -530,10 +531,10 @@ def training_figure(series: list[TrainingSeries]) -> Any:
                 for k, (key, what) in enumerate(LEARNING_KEYS.items()):
                     if key in s.learning:
                         on = kl_ax if key == KL_KEY and kl_ax is not None else ax
-                        on.plot(*s.learning[key], color=color, linewidth=1.4, linestyle=("-", "--", ":")[k], marker="o",
+                        on.plot(*s.learning[key], color=color, linewidth=1.4, linestyle=("-", "--", "-.", ":")[k], marker="o",
                                 markersize=3, label=f"{s.label}: {what}" + (" (right axis)" if on is kl_ax else ""))
             ax.set_title("GRPO: can it learn?", fontsize=12)
-            ax.set_ylabel("share")
+            ax.set_ylabel("share; belief change")
             if kl_ax is not None:
                 kl_ax.set_ylabel("KL (nats per reply token)")
                 kl_ax.set_ylim(bottom=0)

@@ -73,7 +73,7 @@ class TrainRunConfig:
     save_total_limit: int | None = 2
     """Checkpoints kept on disk (oldest deleted)."""
     overwrite_output_dir: bool = False
-    """Start afresh in an output_dir that already holds a run (its checkpoints and log are deleted)."""
+    """Start afresh in an output_dir that already holds a run (everything in it is deleted first)."""
     resume_from_checkpoint: Union[bool, str, None] = None
     """latest (or true) = the newest checkpoint-N in output_dir; or a checkpoint path."""
     report_to: str = "none"
@@ -120,17 +120,21 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
     ``auto`` settings for this machine. Returns ``(output_dir, resume, resolved)``."""
     resume = resume_path(cfg)
     out = Path(cfg.output_dir)
+    if resume is not None and cfg.max_steps > 0 and checkpoint_step(resume) >= cfg.max_steps:
+        raise RhythmError(f"{resume} is at step {checkpoint_step(resume)}, the run's max_steps={cfg.max_steps}: it "
+                          "finished; raise max_steps to train on")
     if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
                               "pass overwrite_output_dir=true, or choose another output_dir")
-        for ckpt in out.glob("checkpoint-*"):
-            shutil.rmtree(ckpt, ignore_errors=True)
+        for entry in out.iterdir():  # the last run's model, adapter and logs too: none may pass for this run's
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     out.mkdir(parents=True, exist_ok=True)
 
     import torch
     import transformers
 
+    check_report_to(cfg.report_to)
     transformers.logging.set_verbosity_warning()
     if quiet:
         import datasets
@@ -138,6 +142,21 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()  # "Loading weights", "Writing model shards"
     return out, resume, resolve_precision(cfg, torch.cuda.is_available())
+
+
+def check_report_to(report_to: str) -> None:
+    """``report_to`` names trackers transformers knows and this machine has: a typo or a tracker not installed is
+    one line here, not a traceback when the trainer is built."""
+    from transformers.integrations.integration_utils import get_reporting_integration_callbacks
+
+    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
+    if names in ([], ["none"], ["all"]):
+        return
+    try:
+        for callback in get_reporting_integration_callbacks(names):
+            callback()  # its constructor checks that the tracker's package is installed (and starts nothing)
+    except (ValueError, RuntimeError, ImportError) as err:
+        raise RhythmError(f"report_to={report_to}: {' '.join(str(err).split())}") from None
 
 
 def resumes(cfg: Any) -> bool:
@@ -168,16 +187,28 @@ def resume_path(cfg: Any) -> str | None:
     if not resumes(cfg):
         return None
     if value is True or str(value).lower() in ("latest", "last", "true"):
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
+        last = latest_checkpoint(Path(cfg.output_dir))
         if last is None:
-            raise RhythmError(f"no checkpoint-N folder in {cfg.output_dir} to resume from")
-        return last
+            raise RhythmError(f"no finished checkpoint-N folder (one with trainer_state.json) in {cfg.output_dir} "
+                              "to resume from")
+        return str(last)
     path = Path(str(value))
     if not (path / "trainer_state.json").is_file():
         raise RhythmError(f"not a checkpoint folder (no trainer_state.json): {path}")
     return str(path)
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest ``checkpoint-N`` in ``folder`` that was written whole (its ``trainer_state.json``, written last, is
+    there): a run killed while saving leaves a partial one, which resuming skips."""
+    found = [(int(p.name.rpartition("-")[2]), p) for p in folder.glob("checkpoint-*")
+             if p.is_dir() and p.name.rpartition("-")[2].isdigit() and (p / "trainer_state.json").is_file()]
+    return max(found)[1] if found else None
+
+
+def checkpoint_step(checkpoint: str | Path) -> int:
+    """The optimizer step a checkpoint was saved at (its ``trainer_state.json``)."""
+    return int(orjson.loads((Path(checkpoint) / "trainer_state.json").read_bytes()).get("global_step", 0))
 
 
 def resolve_precision(cfg: TrainRunConfig, cuda: bool) -> dict[str, Any]:

@@ -325,15 +325,17 @@ def test_legends_sit_outside_the_data_and_away_from_titles_and_labels(bayes_resu
 
 
 def test_the_training_plot_shows_whether_grpo_can_learn(tmp_path: Path) -> None:
-    """Zero-spread groups, greedy-action changes and the KL to the start get their own panel; a log
+    """Zero-spread groups, greedy-action changes, the greedy belief's change and the KL to the start get their own panel; a log
     without them (an older run) draws the reward alone."""
     from rhythm.eval.plots import LEARNING_KEYS, training_figure
 
-    learning = [{**e, "groups_without_spread": z, "probe/kl": k, "probe/action_changed": a}
-                for e, z, k, a in zip(GRPO_LOG, (0.5, 0.25, 0.0), (0.0, 0.01, 0.03), (0.0, 0.0625, 0.125), strict=True)]
+    learning = [{**e, "groups_without_spread": z, "probe/kl": k, "probe/action_changed": a, "probe/belief_shift": b}
+                for e, z, k, a, b in zip(GRPO_LOG, (0.5, 0.25, 0.0), (0.0, 0.01, 0.03), (0.0, 0.0625, 0.125), (0.0, 0.002, 0.01),
+                                         strict=True)]
     s = training_series(write_log(tmp_path / "grpo", learning))
     assert s.learning == {"groups_without_spread": ([1.0, 2.0, 3.0], [0.5, 0.25, 0.0]), "probe/kl": ([1.0, 2.0, 3.0], [0.0, 0.01, 0.03]),
-                          "probe/action_changed": ([1.0, 2.0, 3.0], [0.0, 0.0625, 0.125])}
+                          "probe/action_changed": ([1.0, 2.0, 3.0], [0.0, 0.0625, 0.125]),
+                          "probe/belief_shift": ([1.0, 2.0, 3.0], [0.0, 0.002, 0.01])}
     fig = training_figure([s])
     assert [ax.get_title() for ax in fig.axes] == ["GRPO: reward", "GRPO: can it learn?", ""]
     legend = {t.get_text().split(": ", 1)[1].removesuffix(" (right axis)") for t in fig.axes[1].get_legend().get_texts()}

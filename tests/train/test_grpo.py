@@ -44,14 +44,16 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "reward_weights=[1.0]"], "reward_weights has 1 values for 3 reward_funcs"),
         (["--set", "reward_funcs=[final_score]", "--set", "reward_weights=null"], "final_score is the score of a played week: it needs mode=episode"),
         (["--set", "reward_funcs=[branch_score]", "--set", "reward_weights=null"], "branch_score is the score of the week a reply leads to: it needs mode=branch"),
-        (["--mode", "branch", "--set", "step.use_vllm=true"], "branch mode plays weeks with the trained model itself"),
+        (["--mode", "branch", "--set", "reward_funcs=[branch_score]", "--set", "reward_weights=null", "--set", "step.use_vllm=true"], "branch mode plays weeks with the trained model itself"),
         (["--set", "probe_states=-1"], "probe_states=-1: input should be greater than or equal to 0"),
         (["--set", "anchor_weight=-1"], "anchor_weight=-1.0: input should be greater than or equal to 0"),
         (["--set", "anchor_states=0"], "anchor_states=0: input should be greater than or equal to 1"),
-        (["--mode", "episode", "--set", "anchor_weight=1"], "episode mode has none"),
+        (["--mode", "episode", "--set", "reward_funcs=[final_score]", "--set", "reward_weights=null", "--set", "anchor_weight=1"], "episode mode has none"),
+        (["--mode", "branch"], "mode=branch rewards a reply with branch_score, which reward_funcs lacks (format, belief, action_value)"),
+        (["--mode", "episode"], "mode=episode rewards a reply with final_score, which reward_funcs lacks"),
         (["--set", "num_generations=1"], "num_generations=1: input should be greater than or equal to 2"),
         (["--set", "per_device_train_batch_size=12"], "(12 completions) must be divisible by num_generations (8)"),
-        (["--mode", "episode", "--set", "per_device_train_batch_size=5"], "per_device_train_batch_size (5) must divide it"),
+        (["--mode", "episode", "--set", "reward_funcs=[final_score]", "--set", "reward_weights=null", "--set", "per_device_train_batch_size=5"], "per_device_train_batch_size (5) must divide it"),
         (["--set", "step.max_episodes=10"], "unknown key 'max_episodes' for StepMode; did you mean 'max_prompts'?"),
         (["--set", "lora_rank=8"], "unknown key 'lora_rank' for GRPORunConfig; did you mean 'lora_r'?"),
         (["--set", "max_prompts=8"], "unknown key 'max_prompts' for GRPORunConfig; did you mean 'step.max_prompts'?"),
@@ -77,6 +79,15 @@ def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, messa
     assert code == 2, err
     assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "out" / "training_log.jsonl").exists()
+
+
+def test_too_few_states_for_one_batch_are_refused_before_the_model_loads(run_cli, tmp_path, teacher, sft_model):
+    """TRL would train 0 steps and the run would save the starting model as refined: one line, exit 2 instead."""
+    code, out, err = run_cli("grpo", "--config", TINY_CONFIG, "--model", str(sft_model), *FROM_MODEL, "--data", str(teacher),
+                             "-o", str(tmp_path / "out"), "--set", "step.max_prompts=1", "-q")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "1 training states, fewer than the 2 one generation batch needs (16 completions / num_generations 8)" in err
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teacher):
@@ -250,15 +261,20 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
 
 
 @pytest.mark.slow
-def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, teacher, sft_model, capsys):
-    """Two steps of episode mode through ``python -m rhythm.train.grpo`` (the accelerate / Jobs entry):
-    each step the student plays two weeks of one person; every trained turn is rewarded with the final
-    score of its week, which the grader reproduces from the actions alone."""
+def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, teacher, sft_model, capsys, monkeypatch):
+    """Two steps of episode mode through ``python -m rhythm.train.grpo`` (the accelerate / Jobs entry), its data on
+    stdin (read once, for the people played and the probe's states alike): each step the student plays two weeks
+    of one person; every trained turn is rewarded with the final score of its week, which the grader reproduces
+    from the actions alone."""
+    import io
+    import sys
+
     from rhythm.train.grpo.__main__ import main
 
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(teacher.read_bytes())))
     sft_out = sft_model
     out = tmp_path / "episode"
-    overrides = ["adapter=null", f"model_name_or_path={sft_out}", "use_peft=false", f"data={teacher}", f"output_dir={out}",
+    overrides = ["adapter=null", f"model_name_or_path={sft_out}", "use_peft=false", "data=-", f"output_dir={out}",
                  "mode=episode", "max_steps=2", "num_generations=2", "episode.every_k_turns=7", "per_device_train_batch_size=8",
                  "max_completion_length=24", "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]", "logging_steps=1"]
     code = main(["--config", TINY_CONFIG, *[a for kv in overrides for a in ("--set", kv)], "--quiet"])
@@ -297,6 +313,7 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
         assert sorted(m["week"] for m in members) == [0, 1] and len({m["t"] for m in members}) == 1
     log = read_training_log(out / "training_log.jsonl")
     assert [e["step"] for e in log if "rewards/final_score/mean" in e] == [1, 2]
+    assert all("probe/kl" in e for e in log if "rewards/final_score/mean" in e)
 
 
 def _groups(lines: list[dict]) -> dict:
@@ -322,13 +339,16 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     run_grpo(cfg, quiet=True, log=lambda m: None)
     with pytest.raises(RhythmError, match="already holds a run"):
         run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)
+    with pytest.raises(RhythmError, match="checkpoint-2 is at step 2, the run's max_steps=2: it finished"):
+        run_grpo(dataclasses.replace(cfg, resume_from_checkpoint="latest"), quiet=True, log=lambda m: None)
     summary = run_grpo(dataclasses.replace(cfg, max_steps=3, resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1")),
                        quiet=True, log=lambda m: None)
-    assert summary["global_step"] == 3
+    assert summary["global_step"] == 3 and summary["resumed_from_step"] == 1
     log = read_training_log(tmp_path / "run" / "training_log.jsonl")
     assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]
-    steps = [orjson.loads(line)["step"] for line in (tmp_path / "run" / "reward_log.jsonl").read_bytes().splitlines()]
-    assert steps == [1] * 4 + [2] * 4 + [3] * 4
+    lines = [orjson.loads(line) for line in (tmp_path / "run" / "reward_log.jsonl").read_bytes().splitlines()]
+    assert [ln["step"] for ln in lines] == [1] * 4 + [2] * 4 + [3] * 4
+    assert [ln["batch"] for ln in lines] == [1] * 4 + [2] * 4 + [3] * 4  # numbered on after the resume
 
 
 # ------------------------------------------------------------------- --adapter with full weights

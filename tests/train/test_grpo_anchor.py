@@ -23,6 +23,7 @@ def test_anchor_is_zero_at_the_start_and_is_the_forward_kl_once_moved(prompts, s
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(sft_model), AutoTokenizer.from_pretrained(sft_model)
     anchor = Anchor(prompts, tokenizer, max_new_tokens=16, stop_ids=[tokenizer.eos_token_id], per_step=len(prompts), seed=0)
+    anchor.pool.start(model)
     assert float(anchor.kl(model).detach()) == pytest.approx(0.0, abs=1e-6)
     with torch.no_grad():
         model.lm_head.weight.mul_(2.0)

@@ -29,7 +29,7 @@ from rhythm.train.grpo.pairs import (
 )
 from rhythm.train.grpo.probe import encode_prompts, greedy_replies
 
-from .helpers import REPO, load_model
+from .helpers import REPO, load_model, read_training_log
 
 PAIRS_CONFIG = str(REPO / "rhythm" / "configs" / "grpo-tiny-pairs.yaml")
 scores = st.lists(st.floats(0, 1, allow_nan=False), min_size=2, max_size=8)
@@ -258,3 +258,30 @@ def test_restore_pairs_compare_the_greedy_action_with_the_action_that_keeps_a_lo
         assert action is not None, "only states with a restoring action are trained"
         assert a["belief"] == b["belief"] and a["action"] != b["action"]
         assert b["action"] == action or a["action"] == action
+
+
+@pytest.mark.slow
+def test_a_resumed_anchored_run_ends_as_an_uninterrupted_one(run_cli, tmp_path, sft_model):
+    """The probe and the anchor measure against the policy the run started from, not the checkpoint it resumed,
+    and the anchor draws the states an uninterrupted run draws next: a run resumed at step 2 of 4 logs the same
+    figures and saves the same weights."""
+    import shutil
+
+    whole = tmp_path / "whole"
+    args = ["grpo", "--config", PAIRS_CONFIG, "--model", str(sft_model), "--max-steps", "4", "--set", "rollout_seeds=3",
+            "--set", "branch.futures=2", "--set", "logging_steps=1", "--set", "probe_states=4", "--set", "anchor_states=4",
+            "--set", "save_steps=2", "--set", "save_total_limit=5", "-q"]
+    code, _, err = run_cli(*args, "-o", str(whole))
+    assert code == 0, err
+    resumed = tmp_path / "resumed"
+    shutil.copytree(whole, resumed)  # what a run killed after checkpoint-2 holds, and more, which the resume rewrites
+    shutil.rmtree(resumed / "checkpoint-4")
+    code, _, err = run_cli(*args, "-o", str(resumed), "--set", f"resume_from_checkpoint={resumed / 'checkpoint-2'}")
+    assert code == 0, err
+    figures = ("probe/kl", "probe/action_changed", "anchor/kl", "loss")
+
+    def logged(folder):
+        return [{k: e.get(k) for k in figures} for e in read_training_log(folder / "training_log.jsonl") if "loss" in e]
+
+    assert logged(resumed) == logged(whole) and len(logged(whole)) == 4
+    assert (resumed / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

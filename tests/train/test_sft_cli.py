@@ -34,7 +34,7 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--config", "nope.yaml"], "config file not found: nope.yaml"),
         (["--data", "{teacher}", "--set", "push_to_hub=true"], "push_to_hub needs hub_model_id"),
         (["--data", "{teacher}", "--set", "min_score=1.5"], "no training examples left"),
-        (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no checkpoint-N folder in"),
+        (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no finished checkpoint-N folder (one with trainer_state.json) in"),
         (["--data", "{v1}"], "v1.jsonl:1: record is text protocol v1, this rhythm speaks v2"),
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
         (["--data", "{teacher}", "--set", "context_noise=0.5"], "'context_noise' is no longer a key of SFTRunConfig"),

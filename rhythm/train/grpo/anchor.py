@@ -28,13 +28,23 @@ class Anchor:
         self.per_step = min(int(per_step), len(self.pool.prompts))
         self.rng = np.random.default_rng(seed)
 
+    def draw(self) -> np.ndarray:
+        """The pool states of the next KL term (one draw per training micro-batch)."""
+        return self.rng.choice(len(self.pool.prompts), self.per_step, replace=False)
+
+    def skip(self, draws: int) -> None:
+        """Make the draws a resumed run's checkpoint already made, so it goes on with the states an uninterrupted
+        run would draw next."""
+        for _ in range(int(draws)):
+            self.draw()
+
     def kl(self, model: Any):
         """Mean per-token KL(start || current) on ``per_step`` pool states drawn afresh, with its gradient."""
         import torch
 
         if self.pool.start_replies is None:
-            self.pool.start(model)
-        picked = self.rng.choice(len(self.pool.prompts), self.per_step, replace=False)
+            raise RuntimeError("Anchor.pool.start must run (on the starting policy) before kl")
+        picked = self.draw()
         now = reply_logprobs(model, [self.pool.prompt_ids[i] for i in picked],
                              [self.pool.start_replies[i] for i in picked], self.pool.pad_id)
         starts = [self.pool.start_logprobs[i].to(n.device) for i, n in zip(picked, now, strict=True)]

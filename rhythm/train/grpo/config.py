@@ -197,6 +197,11 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"unknown reward function(s) {', '.join(unknown)}; expected {', '.join(REWARD_FUNCS)}")
     if not cfg.reward_funcs:
         raise RhythmError("reward_funcs is empty; name at least one of " + ", ".join(REWARD_FUNCS))
+    needed = {"branch": "branch_score", "episode": "final_score"}.get(cfg.mode)
+    if needed is not None and needed not in cfg.reward_funcs:
+        raise RhythmError(f"mode={cfg.mode} rewards a reply with {needed}, which reward_funcs lacks "
+                          f"({', '.join(cfg.reward_funcs)}); set reward_funcs (and reward_weights), as "
+                          f"configs/grpo-tiny-{cfg.mode}.yaml does")
     if "final_score" in cfg.reward_funcs and cfg.mode != "episode":
         raise RhythmError("reward final_score is the score of a played week: it needs mode=episode")
     if "branch_score" in cfg.reward_funcs and cfg.mode != "branch":
@@ -217,7 +222,7 @@ def validate(cfg: GRPORunConfig) -> None:
         parse_seeds(str(cfg.rollout_seeds))
     if cfg.mode in ("step", "branch"):
         step = cfg.step
-        generation = step.generation_batch_size or cfg.per_device_train_batch_size * step.gradient_accumulation_steps
+        generation = step_generation_batch(cfg)
         if generation % cfg.num_generations:
             raise RhythmError(
                 f"the generation batch ({generation} completions) must be divisible by num_generations "
@@ -270,6 +275,12 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")
+
+
+def step_generation_batch(cfg: GRPORunConfig) -> int:
+    """Step and branch modes: completions one process generates per generation batch (TRL's default:
+    ``per_device_train_batch_size`` x ``gradient_accumulation_steps``)."""
+    return cfg.step.generation_batch_size or cfg.per_device_train_batch_size * cfg.step.gradient_accumulation_steps
 
 
 def has_rollouts(cfg: GRPORunConfig) -> bool:

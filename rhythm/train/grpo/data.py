@@ -183,27 +183,40 @@ def _finish(rows: list[dict[str, Any]], report: PromptReport) -> tuple[list[dict
     return rows, report
 
 
+Read = list[tuple[str, dict[str, Any]]]
+"""Episodes already read from files: ``("path:line", record)`` pairs (:func:`read_data`)."""
+
+
+def read_data(paths: str | Sequence[str]) -> Read:
+    """Every episode of ``paths`` (files or ``-``), validated, as ``("path:line", record)``: read once, so a run
+    that builds its prompts and its probe from the same data reads stdin once."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if sum(1 for p in paths if str(p) == "-") > 1:
+        raise RhythmError("stdin (-) can be read only once")
+    return [pair for path in paths for pair in read_episodes(path)]
+
+
 def build_prompts(
     paths: str | Sequence[str],
     options: PromptOptions = PromptOptions(),
     extra_records: Iterable[dict[str, Any]] = (),
+    read: Read | None = None,
 ) -> tuple[list[dict[str, Any]], PromptReport]:
-    """Prompts from episode files (``-`` = stdin) and ``extra_records`` (e.g. student rollouts).
+    """Prompts from episode files (``-`` = stdin; ``read``: their episodes, already read) and ``extra_records``
+    (e.g. student rollouts).
 
     ``max_prompts`` applies to the union. A bad record raises :class:`RhythmError` naming ``file:line``.
     """
     paths = [paths] if isinstance(paths, str) else list(paths)
-    if sum(1 for p in paths if str(p) == "-") > 1:
-        raise RhythmError("stdin (-) can be read only once")
+    read = read_data(paths) if read is None else read
     if options.every_k_steps < 1:
         raise RhythmError(f"every_k_steps must be >= 1, got {options.every_k_steps}")
     if options.max_prompts is not None and options.max_prompts < 1:
         raise RhythmError(f"max_prompts must be >= 1 (or null), got {options.max_prompts}")
     report = PromptReport(files=[str(p) for p in paths])
     rows: list[dict[str, Any]] = []
-    for path in paths:
-        for where, record in read_episodes(path):
-            rows.extend(record_rows(record, where, options, report))
+    for where, record in read:
+        rows.extend(record_rows(record, where, options, report))
     for i, record in enumerate(extra_records):  # the student's own weeks, read from no file: checked as files are
         rows.extend(record_rows(check_episode(record, f"<rollout {i}>"), f"<rollout {i}>", options, report))
     return _finish(subsample(rows, options.max_prompts, options.seed), report)
@@ -252,9 +265,12 @@ def parse_placeholder(prompt: Any) -> tuple[str, str, int, int]:
     return m["condition"], m["split"], int(m["seed"]), int(m["t"])
 
 
-def episode_keys(paths: str | Sequence[str], extra_records: Iterable[dict[str, Any]] = ()) -> tuple[list[tuple[str, str, int]], PromptReport]:
-    """The distinct (condition, split, seed) of the episodes in ``paths``, in first-seen order."""
+def episode_keys(paths: str | Sequence[str], extra_records: Iterable[dict[str, Any]] = (),
+                 read: Read | None = None) -> tuple[list[tuple[str, str, int]], PromptReport]:
+    """The distinct (condition, split, seed) of the episodes in ``paths`` (``read``: already read) and
+    ``extra_records``, in first-seen order."""
     paths = [paths] if isinstance(paths, str) else list(paths)
+    read = read_data(paths) if read is None else read
     report = PromptReport(files=[str(p) for p in paths])
     seen: dict[tuple[str, str, int], None] = {}
 
@@ -263,9 +279,8 @@ def episode_keys(paths: str | Sequence[str], extra_records: Iterable[dict[str, A
         report.episodes_read += 1
         report.steps_read += len(record["steps"])
 
-    for path in paths:
-        for _, record in read_episodes(path):
-            add(record)
+    for _, record in read:
+        add(record)
     for i, record in enumerate(extra_records):
         add(check_episode(record, f"<rollout {i}>"))
     return list(seen), report
@@ -317,14 +332,16 @@ def rollout_specs(cfg: GRPORunConfig) -> list[Any]:
     return [EpisodeSpec(c, "train", s) for c in cfg.rollout_conditions for s in seeds]
 
 
-def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], Any]:
-    """The training rows of either mode and their report (pure Python, no torch)."""
+def build_rows(cfg: GRPORunConfig, student_records: Sequence[dict[str, Any]] = (),
+               read: Read | None = None) -> tuple[list[dict[str, Any]], Any]:
+    """The training rows of either mode and their report (pure Python, no torch); ``read``: the data's episodes,
+    when already read (:func:`read_data`)."""
     paths = data_paths(cfg)
     if cfg.mode in ("step", "branch"):
         step = cfg.step
         return build_prompts(paths, PromptOptions(step.every_k_steps, step.max_prompts, cfg.seed, step.strip_reasoning),
-                             student_records)
-    keys, report = episode_keys(paths, student_records)
+                             student_records, read)
+    keys, report = episode_keys(paths, student_records, read)
     episode = cfg.episode
     rows = episode_rows(keys, every_k_turns=episode.every_k_turns, max_episodes=episode.max_episodes, seed=cfg.seed, report=report)
     people = len(rows) // turns_per_week(cfg)

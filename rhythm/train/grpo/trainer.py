@@ -2,7 +2,7 @@
 
     rhythm grpo --config configs/grpo-tiny.yaml --adapter runs/sft-tiny --data data/teacher_30ep.jsonl  # CPU, minutes
     rhythm grpo --config configs/grpo.yaml --adapter runs/sft-qwen2.5-3b                                 # Qwen2.5-3B, one GPU
-    rhythm grpo --config configs/grpo-tiny.yaml --adapter runs/sft-tiny --set mode=episode               # whole weeks
+    rhythm grpo --config configs/grpo-tiny-episode.yaml --model runs/sft-tiny                            # whole weeks
     rhythm grpo --config configs/grpo.yaml --flavor a10g-large --set adapter=me/rhythm-sft \\
         --set hub_model_id=me/rhythm-grpo --set jobs.data_repo=me/rhythm-teacher                              # Hugging Face Jobs
     accelerate launch -m rhythm.train.grpo --config configs/grpo.yaml --set adapter=runs/sft-qwen2.5-3b --set data=...           # several GPUs
@@ -60,6 +60,7 @@ from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, lo
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     LOG_NAME,
+    checkpoint_step,
     cleaned_on_failure,
     data_paths,
     make_log_callback,
@@ -73,8 +74,16 @@ from rhythm.train.common import (
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
 from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
-from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, validate
-from rhythm.train.grpo.data import PromptOptions, build_prompts, build_rows, rollout_specs, student_rollouts
+from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, step_generation_batch, validate
+from rhythm.train.grpo.data import (
+    PromptOptions,
+    Read,
+    build_prompts,
+    build_rows,
+    read_data,
+    rollout_specs,
+    student_rollouts,
+)
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
@@ -114,12 +123,16 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source: dict[str, Any] = {"adapter": cfg.adapter}
+    hint = ""
     if cfg.adapter:
         adapter_cfg = adapter_config(cfg.adapter)
         if adapter_cfg is None:
             raise RhythmError(f"{cfg.adapter} is not a LoRA adapter (no adapter_config.json); pass the SFT output_dir, "
                               "or a full model as --model NAME")
         base_name = cfg.model_name_or_path or adapter_cfg.get("base_model_name_or_path")
+        if cfg.model_name_or_path:  # a config's own start (grpo-tiny's runs/sft-tiny) beside a LoRA adapter
+            hint = (f" (model_name_or_path={cfg.model_name_or_path} stands in for the adapter's own base "
+                    f"{adapter_cfg.get('base_model_name_or_path')}; --set model_name_or_path=null uses that)")
         if not base_name:
             raise RhythmError(f"{cfg.adapter}: adapter names no base model; pass --model NAME")
     else:
@@ -135,7 +148,7 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
         tokenizer = AutoTokenizer.from_pretrained(tok_source)
         model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
     except (OSError, ValueError) as err:
-        raise RhythmError(f"cannot load model {base!r}: {str(err).strip().splitlines()[0]}") from None
+        raise RhythmError(f"cannot load model {base!r}: {str(err).strip().splitlines()[0]}{hint}") from None
     source["tokenizer"] = str(tok_source)
     if cfg.adapter:
         model = load_adapter(model, cfg.adapter, name=cfg.adapter, base=base, trainable=True)
@@ -201,8 +214,10 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     """Prompts, policy, reward functions and ``GRPOTrainer``, ready to ``train``."""
     say = say or (lambda msg: None)
     validate(cfg)
-    if not has_rollouts(cfg):  # the data first: a bad record fails in a second, before torch is imported
-        rows, report = build_rows(cfg)
+    read = read_data(data_paths(cfg))  # the data first: a bad record fails in a second, before torch is imported
+    students: list[dict[str, Any]] = []
+    if not has_rollouts(cfg):
+        rows, report = build_rows(cfg, read=read)
     cfg = start_from_full_weights(cfg, say)
     out, resume, resolved = prepare_run(cfg, quiet)
 
@@ -210,7 +225,8 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     from trl import GRPOTrainer
 
     if has_rollouts(cfg):
-        rows, report = build_rows(cfg, _student_rollouts(cfg, out, say))
+        students = _student_rollouts(cfg, out, say)
+        rows, report = build_rows(cfg, students, read=read)
     if cfg.mode == "branch" and cfg.branch.group == "pair":  # at the last step a pair shares what is judged
         rows = [r for r in rows if int(r["t"]) < EPISODE_STEPS - 1]
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
@@ -225,10 +241,11 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         if not train_rows:
             raise RhythmError(f"branch.restore_only: no prompt has a meter below restore_below={cfg.branch.restore_below} "
                               "that one action can keep off the crash line")
+    _check_enough(cfg, train_rows)
     model, tokenizer, source = load_policy(cfg, resolved)
     resolved["model_path"] = source["base"]
-    _trim_logs(out, resume)
     rewards = RewardLog(out / REWARD_LOG_NAME, cfg.reward_funcs, cfg.reward_weights, cfg.num_generations, cfg.log_replies)
+    rewards.batches = _trim_logs(out, resume)  # a resumed run numbers its batches on
     args = grpo_config(cfg, resolved, quiet)
     rollout = None
     if cfg.mode == "episode":
@@ -237,12 +254,12 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         rollout = make_branch_rollout(rows, f"grpo:{cfg.adapter or cfg.model_name_or_path}", cfg.branch, named)
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
-    probe = _probe(cfg, rows, tokenizer)
-    trainer_cls = GRPOTrainer
+    probe = _probe(cfg, rows, tokenizer, read, students)
+    trainer_cls, anchor = GRPOTrainer, None
     if cfg.anchor_weight > 0:
         pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
-        trainer_cls = anchored(GRPOTrainer, Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer),
-                                                   cfg.anchor_states, cfg.seed), cfg.anchor_weight)
+        anchor = Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer), cfg.anchor_states, cfg.seed)
+        trainer_cls = anchored(GRPOTrainer, anchor, cfg.anchor_weight)
     trainer = trainer_cls(
         model=model,
         reward_funcs=rewards.wrapped(),
@@ -254,17 +271,38 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
                    *(callbacks or [])],
         rollout_func=rollout,
     )
+    # The starting policy, recorded before train() loads a checkpoint: a resumed run's probe and anchor measure
+    # against the model the run started from, as an uninterrupted run's do, and its anchor draws the states next.
+    for start in (probe, anchor.pool if anchor else None):
+        if start is not None:
+            start.start(trainer.model)
+    if anchor is not None and resume is not None:
+        anchor.skip(checkpoint_step(resume) * trainer.args.gradient_accumulation_steps)
     return GRPORun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, rewards, resume, source)
 
 
-def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any) -> PolicyProbe | None:
-    """The fixed probe states: evenly spaced training prompts (step mode), or states of the data's
-    episodes (episode mode, whose rows are placeholders), the same for every run on the same data."""
+def _check_enough(cfg: GRPORunConfig, train_rows: list[dict[str, Any]]) -> None:
+    """Refuse a run whose states cannot fill one generation batch: TRL would train 0 steps and the run would save
+    the starting model as if refined."""
+    if cfg.mode == "episode":
+        return  # its rows are placeholders, checked against episodes_per_step when built
+    generation = step_generation_batch(cfg) * int(os.environ.get("WORLD_SIZE", "1"))
+    needed = generation // cfg.num_generations
+    if len(train_rows) < needed:
+        raise RhythmError(f"{len(train_rows)} training states, fewer than the {needed} one generation batch needs "
+                          f"({generation} completions / num_generations {cfg.num_generations}); give more data or "
+                          "rollout_seeds, or a smaller batch")
+
+
+def _probe(cfg: GRPORunConfig, rows: list[dict[str, Any]], tokenizer: Any, read: Read,
+           students: list[dict[str, Any]]) -> PolicyProbe | None:
+    """The fixed probe states: evenly spaced training prompts (step mode), or states of the data's and the
+    student's episodes (episode mode, whose rows are placeholders), the same for every run on the same data."""
     if cfg.probe_states <= 0:
         return None
     if cfg.mode == "episode":
         rows, _ = build_prompts(data_paths(cfg), PromptOptions(every_k_steps=7, max_prompts=cfg.probe_states, seed=cfg.seed,
-                                                              strip_reasoning=cfg.step.strip_reasoning))
+                                                              strip_reasoning=cfg.step.strip_reasoning), students, read)
     picked = [rows[int(i)] for i in np.linspace(0, len(rows) - 1, min(cfg.probe_states, len(rows)))]
     return PolicyProbe([r["prompt"] for r in picked], tokenizer, cfg.max_completion_length, _stop_ids(tokenizer))
 
@@ -274,11 +312,11 @@ def _stop_ids(tokenizer: Any) -> list[int]:
     return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
 
-def _trim_logs(out: Path, resume: str | None) -> None:
-    """A fresh run starts the reward and rollout logs afresh; a resumed one keeps what the checkpoint covers."""
-    keep_until = 0
-    if resume is not None:
-        keep_until = int(orjson.loads((Path(resume) / "trainer_state.json").read_bytes()).get("global_step", 0))
+def _trim_logs(out: Path, resume: str | None) -> int:
+    """A fresh run starts the reward and rollout logs afresh; a resumed one keeps what the checkpoint covers.
+    Returns the reward batches kept (the last kept line's ``batch``)."""
+    keep_until = 0 if resume is None else checkpoint_step(resume)
+    batches = 0
     for name, key in ((REWARD_LOG_NAME, "step"), (ROLLOUTS_NAME, "grpo_step")):
         path = out / name
         if not path.exists():
@@ -286,6 +324,9 @@ def _trim_logs(out: Path, resume: str | None) -> None:
         kept = [line for line in path.read_bytes().splitlines(keepends=True)
                 if line.strip() and line.endswith(b"\n") and int(orjson.loads(line).get(key) or 0) <= keep_until]
         path.write_bytes(b"".join(kept))
+        if name == REWARD_LOG_NAME and kept:
+            batches = int(orjson.loads(kept[-1]).get("batch") or 0)
+    return batches
 
 
 def _student_rollouts(cfg: GRPORunConfig, out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -347,9 +388,10 @@ def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str
         "reward_last": reward[-1] if reward else None,
         "rewards": per_func,
         "reward_batches": run.rewards.batches,
+        "resumed_from_step": None if run.resume is None else checkpoint_step(run.resume),
         "prompts": run.report.prompts,
         "trl": generation,
-        "seconds": round(time.perf_counter() - started, 2),
+        "seconds": round(time.perf_counter() - started, 2),  # this run's: after a resume, from resumed_from_step on
         "resolved": run.resolved,
         "hub_url": None,
     }
