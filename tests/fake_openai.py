@@ -11,7 +11,8 @@ it) and when it was done. ``max_in_flight`` is the most requests it was answerin
 By default it answers every request with a valid protocol reply whose action is a fixed function of
 the observation (:func:`policy_action`), after ``latency`` seconds, with ``usage`` tokens. A
 ``handler(seen)`` can script anything else by returning a :class:`Reply` or :class:`Fail` (or None for
-the default).
+the default), or :class:`Raw` bytes for what no well-behaved server sends (a body that is not JSON, a
+proxy's HTML page, a connection reset half-way through a body).
 
 With ``prompt_cache=True`` the default reply counts the prompt's tokens (:func:`prompt_tokens`) and
 reports, as OpenAI does in ``usage.prompt_tokens_details.cached_tokens``, the longest prefix it shares
@@ -147,7 +148,23 @@ class Fail:
     delay: float = 0.0
 
 
-Handler = Callable[[Seen], "Reply | Fail | None"]
+@dataclass
+class Raw:
+    """Send exactly these bytes (status line and headers included), then close the connection; ``reset``:
+    with an RST, as a proxy or a crashed server would, so a body cut short is an error, not a short read."""
+
+    data: bytes
+    reset: bool = False
+    delay: float = 0.0
+
+    @classmethod
+    def ok(cls, body: bytes, content_type: str = "application/json") -> Raw:
+        """A 200 with this body as it is."""
+        return cls(b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
+                   % (content_type.encode(), len(body), body))
+
+
+Handler = Callable[[Seen], "Reply | Fail | Raw | None"]
 
 
 class LoopbackServer(ThreadingHTTPServer):
@@ -250,7 +267,7 @@ class FakeOpenAI:
             return headers["api-key"] == self.api_key
         return auth.startswith("Bearer ") and auth[len("Bearer ") :] in self.tokens
 
-    def _answer(self, seen: Seen) -> Reply | Fail:
+    def _answer(self, seen: Seen) -> Reply | Fail | Raw:
         split = urlsplit(seen.path)
         if self.deployment is None:
             if split.path != "/v1/chat/completions":
@@ -319,6 +336,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             answer = fake._answer(seen)
             if answer.delay:
                 time.sleep(answer.delay)
+            if isinstance(answer, Raw):
+                self._send_raw(seen, answer)
+                return
             if isinstance(answer, Reply):
                 status, headers, payload = 200, {}, fake._body(seen, answer)
             else:
@@ -341,3 +361,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
             with fake._lock:
                 fake.in_flight -= 1
                 seen.ended = time.monotonic()
+
+    def _send_raw(self, seen: Seen, answer: Raw) -> None:
+        import socket
+        import struct
+
+        status = answer.data.split(b" ", 2)[1:2]
+        seen.status = int(status[0]) if status and status[0].isdigit() else None
+        seen.answered = time.monotonic()
+        self.wfile.write(answer.data)
+        self.wfile.flush()
+        if answer.reset:  # SO_LINGER 0: close() sends an RST instead of a FIN
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True

@@ -5,7 +5,9 @@ It implements just what rhythm's Hub code calls, the way the Hub answers it:
 - ``POST /api/repos/create`` (409 with the url when the repo exists)
 - ``POST /api/validate-yaml`` (README front matter)
 - ``POST /api/{type}s/{ns}/{name}/preupload/{rev}`` (every file "regular": no LFS, no xet)
-- ``POST /api/{type}s/{ns}/{name}/commit/{rev}`` (NDJSON: a header line, then base64 files)
+- ``POST /api/{type}s/{ns}/{name}/commit/{rev}`` (NDJSON: a header line, then base64 files; a
+  ``parentCommit`` that is no longer the head is refused with 412, as the Hub does)
+- ``GET /api/{type}s/{ns}/{name}[/revision/{rev}]`` (repo info: head ``sha`` and ``siblings``)
 - ``HEAD|GET /[{type}s/]{ns}/{name}/resolve/{rev}/{path}`` (downloads, for ``hf_hub_download``)
 - ``GET /api/whoami-v2``
 - ``POST /api/jobs/{ns}`` and ``GET /api/jobs/{ns}/{id}`` (Jobs: the spec is stored as received)
@@ -65,6 +67,8 @@ class FakeHub:
 
     def __init__(self, token: str = "hf_fake_token_0123456789abcdef") -> None:
         self.token = token
+        self.role = "write"
+        """The token's role whoami reports (``read`` for a read-only token)."""
         self.requests: list[Request] = []
         self.repos: dict[tuple[str, str], Repo] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -169,7 +173,7 @@ class FakeHub:
         if p == "/api/whoami-v2":
             if not self._authorized(req):
                 return self._json(401, {"error": "Invalid credentials in Authorization header"})
-            return self._json(200, {"type": "user", "name": USER, "auth": {"type": "access_token", "accessToken": {"role": "write"}}})
+            return self._json(200, {"type": "user", "name": USER, "auth": {"type": "access_token", "accessToken": {"role": self.role}}})
         if p == "/api/validate-yaml":
             return self._json(200, {"errors": [], "warnings": []})
         if p == "/api/repos/create" and req.method == "POST":
@@ -185,6 +189,8 @@ class FakeHub:
             if not self._authorized(req):
                 return self._json(401, {"error": "Invalid credentials"})
             return self._preupload(req) if action == "preupload" else self._commit(req, repo)
+        if req.method == "GET" and len(segs) in (4, 6) and segs[0] == "api" and segs[1] in TYPES and segs[4:5] in ([], ["revision"]):
+            return self._info(req, TYPES[segs[1]], f"{segs[2]}/{segs[3]}", segs[5] if len(segs) == 6 else None)
         if "resolve" in segs:
             return self._resolve(req, segs)
         return self._json(404, {"error": f"fakehub has no route for {req.method} {p}"})
@@ -211,9 +217,22 @@ class FakeHub:
         files = req.json()["files"]
         return self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files]})
 
+    def _info(self, req: Request, repo_type: str, repo_id: str, revision: str | None):
+        repo = self.repos.get((repo_type, repo_id))
+        if repo is None or (repo.private and not self._authorized(req)):
+            return self._json(404 if repo is None else 401, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        sha = repo.head if revision in (None, "main") else revision
+        files = repo.snapshots.get(sha)
+        if files is None:
+            return self._json(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
+        siblings = [{"rfilename": name, "size": len(content)} for name, content in sorted(files.items())]
+        return self._json(200, {"id": repo_id, "sha": sha, "private": repo.private, "siblings": siblings})
+
     def _commit(self, req: Request, repo: Repo):
         lines = [json.loads(line) for line in req.body.splitlines() if line.strip()]
         header = next(line["value"] for line in lines if line["key"] == "header")
+        if header.get("parentCommit") not in (None, repo.head):
+            return self._json(412, {"error": "A commit has happened since. Please refresh and try again."})
         with self.lock:
             files = dict(repo.files)
             for line in lines:

@@ -8,8 +8,11 @@ K steps; one re-ask on a reply without a valid action, then the fallback) throug
 ``llm.concurrency`` at a time, on an event loop the agent owns in a background thread (so ``act`` is a
 plain call, from any thread). Each decision carries its usage; the batch runner sums it per episode.
 
-An evaluation must not score a silently shortened run, so a request that fails for good, or the
-budget ``llm.max_cost_usd`` being reached, stops the evaluation with one clear line.
+An evaluation must not score a silently shortened run, so a request that fails for good (a 200 that is
+not a chat completion included), or the budget ``llm.max_cost_usd`` being reached, stops the evaluation
+with one clear line; so does a reply without usage while that budget is set (the spend could no longer be
+held to it). A step whose cost is unknown (a priced model, a reply without usage) carries no ``cost_usd``
+but ``usage_missing``, the requests without usage, so an episode's summed cost is never silently short.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rhythm.model.llm_client import (
     EpisodeAPIError,
     LLMConfig,
     RequestStats,
+    SpendUnknown,
     StepReply,
     ask,
     resolve_target,
@@ -68,6 +72,8 @@ class LLMAgent:
             }
             if r.cost_usd is not None:
                 usage["cost_usd"] = r.cost_usd
+            if r.usage_missing:
+                usage["usage_missing"] = r.usage_missing
             decisions.append(Decision(r.parsed.action, r.parsed.belief, r.text, r.parsed.ok, usage))
         return decisions
 
@@ -85,6 +91,9 @@ class LLMAgent:
         label = f"{self.name}:{self.target.name}"
         try:
             return list(await asyncio.gather(*tasks))
+        except SpendUnknown as unknown:
+            raise RhythmError(f"{label}: {unknown}; drop llm.max_cost_usd to evaluate against a server that "
+                              "reports no usage") from None
         except BudgetReached as reached:
             raise RhythmError(f"{label}: {reached}; raise llm.max_cost_usd to evaluate further") from None
         except EpisodeAPIError as err:

@@ -12,14 +12,21 @@ Used by ``rhythm generate --teacher openai|azure`` (:mod:`rhythm.teacher.llm_gen
   ``DefaultAzureCredential`` and ``get_bearer_token_provider`` (any credential object can be passed in).
 - Retries are the client's own (``max_retries``, ``timeout_s``): connection errors, timeouts, 408, 409,
   429 (honouring ``Retry-After``) and 5xx. Attempts, retries, 429s and 5xx are counted from httpx event
-  hooks, so the summary reports what the server actually saw. A ``Retry-After`` longer than the client
-  waits (120 s) is not retried at all; the error says so, with both numbers.
+  hooks, so the summary reports what the server actually saw; an attempt whose connection dropped before
+  its body arrived counts as no response. A ``Retry-After`` longer than the client waits (120 s) is not
+  retried at all; the error says so, with both numbers.
+- A 200 that is not a chat completion (a body that is not JSON, a proxy's HTML page, an ``error`` object
+  where the choices should be) is a failed request, like a 5xx after its retries: it is not sent again
+  (a server may have billed it), and the error carries the server's message or the start of the body.
+  A completion with an empty ``choices`` list is a reply with no text (re-asked, then the fallback).
 - Keys and tokens come from the environment only: they are never config fields, and every error
   message that leaves this module goes through :meth:`Redactor.redact`.
 - Request fields that are not configured are left out of the request, never sent as null.
 - Cost: prompt tokens the server served from its prompt cache (``usage.prompt_tokens_details.cached_tokens``,
   reported by OpenAI and Azure) are priced at ``cached_input``, the rest at ``input``, completions at
   ``output``. A server that reports no cached tokens is charged the full input price for every prompt token.
+  A reply without ``usage`` has an unknown cost (None, never 0); with ``max_cost_usd`` set, the spend can no
+  longer be held to the cap, so no further request is sent.
 
 The ``openai`` and ``azure.identity`` packages are imported only when a client is built.
 """
@@ -152,6 +159,7 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
         )
     if provider == "openai":
         url = llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        check_url(url, "--base-url (llm.base_url)" if llm.base_url else "OPENAI_BASE_URL")
         if not (llm.base_url or os.environ.get("OPENAI_BASE_URL")) and not os.environ.get(KEY_ENV["openai"]):
             raise RhythmError("OPENAI_API_KEY is not set; export it, or give --base-url (llm.base_url) for a server that needs no key")
         return Target(provider, name, redact_url(url))
@@ -163,7 +171,20 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
         raise RhythmError(f"unknown llm.auth {llm.auth!r}; expected one of {', '.join(AUTH_MODES)}")
     if llm.auth == "key" and not os.environ.get(KEY_ENV["azure"]):
         raise RhythmError("llm.auth is key but AZURE_OPENAI_API_KEY is not set")
+    check_url(llm.endpoint, "--endpoint (llm.endpoint)")
     return Target(provider, name, redact_url(llm.endpoint))
+
+
+def check_url(url: str, what: str) -> None:
+    """An endpoint URL needs ``http://`` or ``https://`` and a host: without a scheme the client cannot
+    connect and would retry for minutes before saying so."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RhythmError(f"{what} must be an http:// or https:// URL with a host, got {redact_url(url)!r} "
+                          f"(e.g. http://{url.split('://')[-1]})")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -240,6 +261,9 @@ class RequestStats:
             pass
 
     async def on_response(self, response: Any) -> None:
+        """Count a response once its body has arrived: a connection lost after the headers raises here, and
+        the client retries it as a connection error, so it counts as no response."""
+        await response.aread()
         self.responses += 1
         if response.status_code == 429:
             self.rate_limited += 1
@@ -249,6 +273,11 @@ class RequestStats:
 
 class BudgetReached(Exception):
     """Raised instead of sending a request once ``max_cost_usd`` has been spent."""
+
+
+class SpendUnknown(BudgetReached):
+    """Raised instead of sending a request once a reply came without ``usage`` while ``max_cost_usd`` is set:
+    the spend can no longer be held to the cap, so the run stops rather than spend without bound."""
 
 
 class CostMeter:
@@ -262,6 +291,8 @@ class CostMeter:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
+        self.unknown = 0
+        """Replies without usage: their cost is unknown, and :attr:`spent` leaves them out."""
 
     def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
         return None if self.price is None else self.price.cost(prompt_tokens, completion_tokens, cached_tokens)
@@ -275,11 +306,20 @@ class CostMeter:
             self.spent += cost
         return cost
 
+    def add_unknown(self) -> None:
+        """Count a reply that came without usage (its tokens and cost are unknown)."""
+        self.unknown += 1
+
     @property
     def exhausted(self) -> bool:
         return self.max_cost_usd is not None and self.spent >= self.max_cost_usd
 
     def check(self) -> None:
+        """Raise instead of sending once the cap is reached, or once the spend against it is unknown."""
+        if self.max_cost_usd is not None and self.unknown:
+            raise SpendUnknown(
+                f"{self.unknown} {'reply' if self.unknown == 1 else 'replies'} came without usage, so the spend "
+                f"(${self.spent:.4f} known) cannot be held to the ${self.max_cost_usd:.4f} budget")
         if self.exhausted:
             raise BudgetReached(f"spent ${self.spent:.4f} of the ${self.max_cost_usd:.4f} budget")
 
@@ -302,15 +342,19 @@ class EpisodeAPIError(Exception):
         self.status = status
 
 
-def _api_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
+def _body_message(body: Any) -> str | None:
+    """The message of an OpenAI-style error body (``{"error": {"message": ...}}`` or ``{"message": ...}``)."""
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
             return str(inner["message"])
         if isinstance(body.get("message"), str):
             return body["message"]
-    return str(getattr(exc, "message", None) or exc)
+    return None
+
+
+def _api_message(exc: Any) -> str:
+    return _body_message(getattr(exc, "body", None)) or str(getattr(exc, "message", None) or exc)
 
 
 def _api_code(exc: Any) -> str:
@@ -385,6 +429,35 @@ class Completion:
     finish_reason: str | None = None
     cached_tokens: int = 0
     """Prompt tokens the server served from its prompt cache (0 when it reports none)."""
+    usage_missing: bool = False
+    """The reply came without ``usage``: its tokens count 0 and its cost is unknown (None)."""
+
+
+def _completion_of(raw: Any) -> Any:
+    """The chat completion of a 2xx reply, or ``openai.APIResponseValidationError`` with what the server sent
+    instead: a body that is not JSON, not a completion (a proxy's HTML page), or an ``error`` object without
+    choices (some gateways answer 200 with the upstream's error). An empty ``choices`` list is a completion."""
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    response = raw.http_response
+    try:
+        parsed = raw.parse()
+    except ValueError:  # the body is not JSON (json.JSONDecodeError is a ValueError)
+        raise openai.APIResponseValidationError(
+            response, response.text, message=f"a body that is not JSON: {_shorten(response.text, 120)!r}"
+        ) from None
+    if not isinstance(parsed, ChatCompletion):
+        kind = response.headers.get("content-type", "no content-type")
+        raise openai.APIResponseValidationError(
+            response, parsed, message=f"not a chat completion ({kind}): {_shorten(str(parsed), 120)!r}")
+    extra = getattr(parsed, "model_extra", None) or {}
+    if not parsed.choices and extra.get("error"):
+        body = {"error": extra["error"]}
+        message = _body_message(body) or str(extra["error"])
+        raise openai.APIResponseValidationError(
+            response, body, message=f"an error instead of a reply: {message}")
+    return parsed
 
 
 class ChatClient:
@@ -443,6 +516,7 @@ class ChatClient:
         if credential is None:
             from azure.identity import DefaultAzureCredential
 
+            _quiet_azure_identity()
             credential = DefaultAzureCredential()
         sync_provider = get_bearer_token_provider(credential, ENTRA_SCOPE)
 
@@ -460,21 +534,24 @@ class ChatClient:
             raw = await self.client.chat.completions.with_raw_response.create(
                 model=self.target.name, messages=messages, **self.request_fields
             )
-            resp = raw.parse()
+            resp = _completion_of(raw)
         except Exception as exc:  # classified, redacted and re-raised
             raise self._classify(exc) from None
         choice = resp.choices[0] if resp.choices else None
         message = choice.message if choice is not None else None
         text = (message.content if message is not None else None) or ""
+        finish = getattr(choice, "finish_reason", None)
         usage = resp.usage
         if usage is None:
             self.stats.missing_usage += 1
+            self.meter.add_unknown()
+            return Completion(text, 0, 0, None, raw.retries_taken, finish, 0, usage_missing=True)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         details = getattr(usage, "prompt_tokens_details", None)
         cached = min(max(int(getattr(details, "cached_tokens", 0) or 0), 0), prompt)
         cost = self.meter.add(prompt, completion, cached)
-        return Completion(text, prompt, completion, cost, raw.retries_taken, getattr(choice, "finish_reason", None), cached)
+        return Completion(text, prompt, completion, cost, raw.retries_taken, finish, cached)
 
     def _classify(self, exc: Exception) -> Exception:
         import openai
@@ -507,6 +584,9 @@ class ChatClient:
                 if wait is not None and wait > cap:
                     retried += f" (the server asked to wait {wait:.0f} s before retrying; the client waits at most {cap:g} s)"
             return EpisodeAPIError(f"HTTP {status}{retried}: {message}", type(exc).__name__, status)
+        if isinstance(exc, openai.APIResponseValidationError):
+            message = self.redactor.redact(_shorten(exc.message))
+            return EpisodeAPIError(f"HTTP {exc.status_code}{_after_retries(exc)}: {message}", type(exc).__name__, exc.status_code)
         if isinstance(exc, openai.APITimeoutError):
             return EpisodeAPIError(f"timed out ({self.llm.timeout_s:g} s){_after_retries(exc)}", "APITimeoutError", None)
         if isinstance(exc, openai.APIConnectionError):
@@ -533,6 +613,16 @@ class ChatClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _quiet_azure_identity() -> None:
+    """Keep azure-identity's warnings (a dozen lines, one per credential tried) off stderr: a failed token
+    becomes one error line that carries the same details. A level someone set on that logger is kept."""
+    import logging
+
+    logger = logging.getLogger("azure.identity")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.ERROR)
 
 
 def request_fields(llm: LLMConfig) -> dict[str, Any]:
@@ -563,6 +653,8 @@ class StepReply:
     requests: int
     retries: int
     cached_tokens: int = 0
+    usage_missing: int = 0
+    """Requests of this step whose reply came without usage (then ``cost_usd`` is None)."""
 
     @property
     def reasked(self) -> bool:
@@ -609,4 +701,5 @@ async def ask(client: ChatClient, messages: list[dict[str, str]]) -> StepReply:
         requests=len(replies),
         retries=sum(r.retries for r in replies),
         cached_tokens=sum(r.cached_tokens for r in replies),
+        usage_missing=sum(r.usage_missing for r in replies),
     )

@@ -14,20 +14,25 @@ each step also carries its ``usage`` and each episode its totals (tokens, ``cost
 when it finishes, so Ctrl-C or a crash never leaves half a record and ``--resume`` sends no request for
 an episode already in the file.
 
-Failures: an episode whose request fails for good (retries exhausted, a refused request) goes to
-``<output>.errors.jsonl`` with the reason, and the others go on; ``--resume`` plays it again. An error
+Failures: an episode whose request fails for good (retries exhausted, a refused request, a 200 that is
+not a chat completion) goes to ``<output>.errors.jsonl`` with the reason, and the others go on;
+``--resume`` plays it again, and the errors file then keeps only the episodes still missing from the
+output, each with its latest failure. An error
 every request would repeat (wrong key: 401; 403; unknown model or deployment: 404; rejected
 parameters: 400) stops the run at once with one line. ``llm.max_consecutive_failures`` episodes
 failing in a row stop it too (the endpoint looks down).
 
 Budget: with ``--max-cost-usd`` no request is sent once the spend has reached the cap. Episodes in
 flight at that moment are abandoned, not written (their tokens are counted in the summary; ``--resume``
-plays them again), so the spend can pass the cap by at most the requests already in flight.
+plays them again), so the spend can pass the cap by at most the requests already in flight. A reply
+without ``usage`` has an unknown cost (``cost_usd`` null in its step and episode, "unknown" in the
+summary); with a cap set the run stops there, since the spend could no longer be held to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -48,6 +53,7 @@ from rhythm.model.llm_client import (
     CostMeter,
     EpisodeAPIError,
     RequestStats,
+    SpendUnknown,
     Target,
     ask,
     redact_url,
@@ -55,7 +61,7 @@ from rhythm.model.llm_client import (
 )
 from rhythm.protocol import conversation
 from rhythm.provenance import now_iso
-from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps
+from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl
 from rhythm.teacher.output import GenerateConfig, GenerateSummary, data_hash, open_output
 
 
@@ -179,6 +185,9 @@ class _Run:
                 record = await play_episode(
                     client, self.cfg.condition, self.cfg.split, seed, agent=self.target.provider, config_hash=self.chash
                 )
+            except SpendUnknown as unknown:
+                self.stop(f"{unknown}; use a server that reports usage, or drop --max-cost-usd to run without a cap")
+                return
             except BudgetReached as reached:
                 self.stop(f"budget reached ({reached}); rerun with --resume and a higher --max-cost-usd to go on")
                 return
@@ -229,6 +238,26 @@ class _Run:
             self.errors_writer.close()
 
 
+def prune_errors(path: Path, done: set[tuple[str, str, int]]) -> None:
+    """Rewrite the errors file to the episodes still missing from the output: drop those now in it
+    (``done``: a resumed run played them), keep the latest failure of each other episode, and remove
+    the file when none is left. Written beside and renamed over, so a crash leaves one whole file."""
+    if not path.exists():
+        return
+    latest: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for _, entry in iter_jsonl(path, skip_torn_last=True):
+        key = episode_key(entry)
+        if key not in done:
+            latest.pop(key, None)  # re-inserted last: the file keeps the order of the latest failures
+            latest[key] = entry
+    if not latest:
+        path.unlink()
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(dumps(entry) for entry in latest.values()))
+    os.replace(tmp, path)
+
+
 def written_config(cfg: GenerateConfig) -> GenerateConfig:
     """The config as recorded beside the data: URLs without passwords or secret query values."""
     llm = cfg.llm
@@ -268,6 +297,16 @@ def _money(x: float) -> str:
     return f"${x:.4f}" if x < 100 else f"${x:,.2f}"
 
 
+def _cost_line(meter: CostMeter, name: str) -> str:
+    """The summary's cost: the spend, the budget, and what is unknown (no price; replies without usage)."""
+    if meter.price is None:
+        return f"unknown (no llm.prices entry for {name!r})"
+    cap = f" of {_money(meter.max_cost_usd)} budget" if meter.max_cost_usd is not None else ""
+    if meter.unknown:
+        return f"unknown: {_money(meter.spent)}{cap} for the replies with usage, plus {meter.unknown} without"
+    return _money(meter.spent) + cap
+
+
 def generate_llm(
     cfg: GenerateConfig,
     seeds: list[int],
@@ -295,6 +334,9 @@ def generate_llm(
                 _run_async(lambda: run.main(todo))
         finally:
             run.close()
+            if run.errors_file is not None and cfg.resume:
+                done = {(cfg.condition, cfg.split, s) for s in set(seeds) - set(todo)}
+                prune_errors(run.errors_file, done | {episode_key(r) for r in run.records})
     records = run.records
     summary.episodes = len(records)
     summary.steps = sum(len(r["steps"]) for r in records)
@@ -312,11 +354,7 @@ def generate_llm(
         "tokens": f"{meter.prompt_tokens:,} in{f' ({meter.cached_tokens:,} cached)' if meter.cached_tokens else ''}"
         f" / {meter.completion_tokens:,} out",
     }
-    if meter.price is None:
-        extra["cost"] = f"unknown (no llm.prices entry for {target.name!r})"
-    else:
-        cap = f" of {_money(meter.max_cost_usd)} budget" if meter.max_cost_usd is not None else ""
-        extra["cost"] = _money(meter.spent) + cap
+    extra["cost"] = _cost_line(meter, target.name)
     if stats.missing_usage:
         extra["replies without usage"] = stats.missing_usage
     if run.failed:

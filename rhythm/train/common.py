@@ -23,7 +23,7 @@ from rhythm.errors import RhythmError
 from rhythm.provenance import made_by
 from rhythm.records import check_output
 from rhythm.train.hub import model_card, push_folder
-from rhythm.train.jobs import JobsConfig
+from rhythm.train.jobs import JobsConfig, resumes
 
 LOG_NAME = "training_log.jsonl"
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -157,11 +157,6 @@ def check_report_to(report_to: str) -> None:
             callback()  # its constructor checks that the tracker's package is installed (and starts nothing)
     except (ValueError, RuntimeError, ImportError) as err:
         raise RhythmError(f"report_to={report_to}: {' '.join(str(err).split())}") from None
-
-
-def resumes(cfg: Any) -> bool:
-    """Whether ``resume_from_checkpoint`` asks to resume (latest, true or a path)."""
-    return cfg.resume_from_checkpoint not in (None, False, "", "none", "None", "false")
 
 
 @contextlib.contextmanager

@@ -6,10 +6,16 @@
 One plain commit per upload: the repo is created if needed, every file goes up, and ``README.md`` is
 written from the files themselves: for episode JSONL, the schema and env versions, teacher, conditions,
 splits, seeds, counts, scores and API cost (``usage.cost_usd``); for an SFT run folder, the base model,
-the data and the losses. A directory is uploaded as its contents at the repo root (``checkpoint-*``
-folders skipped); a file goes to the root under its own name, with its ``<file>.config.yaml`` sidecar
-(written by ``rhythm generate``) when there is one. The token comes from ``HF_TOKEN`` or ``hf auth
-login``; the endpoint from ``HF_ENDPOINT``.
+the data and the losses. A dataset card covers every episode file the repo holds after the commit, not
+only this upload's: the earlier ones are read back through the client's download cache, and the card's
+``data_files`` lists each of them by name (a glob would also take in JSONL that is not episodes, which
+``datasets.load_dataset`` cannot load beside them). The commit names the revision the card was computed
+on, so an upload that raced another one fails instead of writing a card that misses its files.
+
+A directory is uploaded as its contents at the repo root (``checkpoint-*`` folders skipped); a file goes
+to the root under its own name, with its ``<file>.config.yaml`` sidecar (written by ``rhythm generate``)
+when there is one. The token comes from ``HF_TOKEN`` or ``hf auth login``; the endpoint from
+``HF_ENDPOINT``.
 """
 
 from __future__ import annotations
@@ -170,8 +176,9 @@ def _card(kind: str, meta: dict[str, Any], body: str) -> str:
     return (DatasetCard if kind == "dataset" else ModelCard)(_front_matter(meta) + body).content
 
 
-def dataset_card(repo_id: str, files: dict[str, dict[str, Any]]) -> str:
-    """README.md of a teacher-data repo: ``files`` maps each uploaded JSONL name to its :func:`episode_stats`."""
+def dataset_card(repo_id: str, files: dict[str, dict[str, Any]], others: Sequence[str] = ()) -> str:
+    """README.md of a teacher-data repo: ``files`` maps each episode JSONL name in the repo to its
+    :func:`episode_stats`; ``others`` are JSONL files in the repo that are not episodes (left out of the data)."""
     total = episode_stats_merge(list(files.values()))
     meta = {
         "tags": ["rhythm", "algorithm-distillation", "meta-rl", "agent-trajectories"],
@@ -213,9 +220,34 @@ then the episode's grades and API usage. `rhythm sft --data FILE` turns them int
 |---|---|---|---|---|---|---|---|---|---|
 {rows}
 
-Train-split seeds never overlap the eval split: the profile is drawn from (condition, split, seed), so
+{_others_line(others)}Train-split seeds never overlap the eval split: the profile is drawn from (condition, split, seed), so
 `rhythm eval` meets different people. Scores are those of the grader in the record's env_version.
 """)
+
+
+def _others_line(others: Sequence[str]) -> str:
+    if not others:
+        return ""
+    return f"Not part of the data (JSONL that is not episodes): {', '.join(f'`{n}`' for n in sorted(others))}.\n\n"
+
+
+def earlier_episode_files(api: Any, repo_id: str, replaced: set[str]) -> tuple[str | None, dict[str, dict[str, Any]], list[str]]:
+    """What a dataset repo already holds, for a card that covers it all: its head commit, the
+    :func:`episode_stats` of each JSONL file this upload does not replace (downloaded through the client's
+    cache, read as rhythm reads episodes), and the JSONL files that are not episodes."""
+    info = api.dataset_info(repo_id)
+    stats: dict[str, dict[str, Any]] = {}
+    others: list[str] = []
+    for sibling in info.siblings or []:
+        name = sibling.rfilename
+        if not name.endswith(".jsonl") or name in replaced:
+            continue
+        local = api.hf_hub_download(repo_id, name, repo_type="dataset", revision=info.sha)
+        try:
+            stats[name] = episode_stats([local])
+        except RhythmError:  # an errors file, another tool's JSONL: not loadable beside the episodes
+            others.append(name)
+    return info.sha, stats, others
 
 
 def episode_stats_merge(stats: list[dict[str, Any]]) -> dict[str, Any]:
@@ -363,20 +395,24 @@ def upload(
         raise RhythmError("nothing to upload; pass --files FILE...")
     pairs, jsonl = upload_pairs(files)
     readme: str | None = None
-    if card and repo_type == "dataset" and jsonl:
-        readme = dataset_card(repo_id, {p.name: episode_stats([p]) for p in jsonl})
-    elif card and repo_type == "model":
+    new_stats = {p.name: episode_stats([p]) for p in jsonl} if card and repo_type == "dataset" else {}  # bad data fails here
+    if card and repo_type == "model":
         folders = [Path(f) for f in files if Path(f).is_dir()]
         readme = next((c for c in (model_card(repo_id, d) for d in folders) if c), None)
-    ops = [CommitOperationAdd(path_in_repo=remote, path_or_fileobj=str(local)) for local, remote in pairs if not (readme and remote == "README.md")]
-    if readme:
-        ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
     token = require_token()
     api = HfApi(token=token)
+    parent = None
     try:
         repo_url = api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
+        if new_stats:
+            parent, earlier, others = earlier_episode_files(api, repo_id, {remote for _, remote in pairs})
+            readme = dataset_card(repo_id, {**earlier, **new_stats}, others)
+        ops = [CommitOperationAdd(path_in_repo=remote, path_or_fileobj=str(local))
+               for local, remote in pairs if not (readme and remote == "README.md")]
+        if readme:
+            ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
         info = api.create_commit(
-            repo_id, ops, repo_type=repo_type,
+            repo_id, ops, repo_type=repo_type, parent_commit=parent,
             commit_message=commit_message or f"rhythm upload: {', '.join(sorted({r for _, r in pairs}))[:200]}",
         )
     except hub_errors() as err:

@@ -40,8 +40,10 @@ import orjson
 import yaml
 
 import rhythm
+from rhythm.agents.tiny import TINY_MODELS
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
+from rhythm.model.load import looks_local
 from rhythm.train.hub import check_repo_id, hub_error_line, hub_errors, require_token, upload
 
 JOB_DIR = "rhythm_job"
@@ -256,6 +258,8 @@ def plan_job(
     flavors = [h.value for h in JobHardware]
     if flavor not in flavors:
         raise RhythmError(f"unknown flavor {flavor!r}; expected one of {', '.join(flavors)}")
+    cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
+    check_runs_elsewhere(cfg)
     if not data:
         raise RhythmError("no data given; pass --data FILE")
     uploads, names = [], []
@@ -274,7 +278,6 @@ def plan_job(
         raise RhythmError("a job reads its data from the Hub: set jobs.data_repo=user/name (local files are uploaded there)")
     check_repo_id(data_repo, "data_repo")
 
-    cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
     job_config = config_dict(cfg)
     job_config.update({"data": ",".join(names), "push_to_hub": True, "hub_model_id": run_repo, "resume_from_checkpoint": None})
     job_config["jobs"] = {**job_config["jobs"], "flavor": None}  # the job runs where it is
@@ -299,6 +302,24 @@ def plan_job(
         private=private, data_repo=data_repo, data_files=names, uploads=uploads, timeout=timeout,
         files=files, env=env, labels={"rhythm-stage": stage},
     )
+
+
+def check_runs_elsewhere(cfg: Any) -> None:
+    """Refuse what only this machine has: a job runs on another one, where a local base model does not exist
+    (it would fail there, on paid hardware) and a ``--resume`` has no checkpoints to resume from (it would be
+    dropped in silence). A GRPO adapter here is refused by that stage's own ``validate``."""
+    model = getattr(cfg, "model_name_or_path", None)
+    if model and model not in TINY_MODELS and (looks_local(model) or Path(model).expanduser().exists()):
+        raise RhythmError(f"a job cannot read the local model {model}; push it to the Hub (rhythm upload --files {model} "
+                          "--repo me/base --repo-type model) and pass --model me/base")
+    if resumes(cfg):
+        raise RhythmError("--resume continues from the checkpoints of a local output_dir, which a job cannot read; "
+                          "drop --resume (a job starts a fresh run) or drop --flavor to resume here")
+
+
+def resumes(cfg: Any) -> bool:
+    """Whether ``resume_from_checkpoint`` asks to resume (latest, true or a path)."""
+    return getattr(cfg, "resume_from_checkpoint", None) not in (None, False, "", "none", "None", "false")
 
 
 @dataclass

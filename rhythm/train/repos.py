@@ -7,7 +7,8 @@ A Jobs submission (``--flavor``) needs a model repo for the result (``hub_model_
 repo the job reads its data from (``data_repo``); ``push_to_hub`` needs the model repo. Whatever is not
 given defaults to the names in :data:`RUN_REPOS` and :data:`DATA_REPO` under the token's user
 (``whoami``), and GRPO's adapter to the SFT run's repo; every default is reported, so the command can
-print which repos it used. Given names are kept as they are.
+print which repos it used. Given names are kept as they are. A local run that pushes asks whoami even
+with every name given: the token must work, and be able to write, before hours of training, not after.
 """
 
 from __future__ import annotations
@@ -43,22 +44,40 @@ class RepoChoice:
 STAGE_REPOS = "name the repos with --hub-model-id user/name and --data-repo user/name"
 
 
-def hub_user(instead: str = STAGE_REPOS) -> str | None:
-    """The user name of the Hub token (``HF_TOKEN`` or the saved login) from whoami; None without a token.
-    ``instead``: what the error line tells the user to do instead of asking whoami."""
+def hub_account(instead: str = STAGE_REPOS) -> dict[str, Any] | None:
+    """What whoami says of the Hub token (``HF_TOKEN`` or the saved login), with a user ``name``; None
+    without a token. ``instead``: what the error line tells the user to do instead of asking whoami."""
     from huggingface_hub import HfApi, get_token
 
     token = get_token()
     if not token:
         return None
     try:
-        name = HfApi(token=token).whoami().get("name")
+        account = HfApi(token=token).whoami()
     except Exception as err:  # HTTP, connection, or a malformed answer: one line for the user
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise RhythmError(f"asking the Hub who you are (whoami) failed: {msg}; or {instead}") from None
-    if not name:
+    if not isinstance(account, dict) or not account.get("name"):
         raise RhythmError(f"the Hub's whoami gave no user name; {instead}")
-    return str(name)
+    return account
+
+
+def hub_user(instead: str = STAGE_REPOS) -> str | None:
+    """The user name of the Hub token from whoami (:func:`hub_account`); None without a token."""
+    account = hub_account(instead)
+    return None if account is None else str(account["name"])
+
+
+def check_push_account(account: dict[str, Any] | None) -> None:
+    """Refuse a local run that would push (``push_to_hub``) without a token, or with a read-only one: the push
+    comes after training, so it is checked before. A fine-grained token's scopes are left to the Hub."""
+    if account is None:
+        raise RhythmError("push_to_hub needs a Hugging Face token, checked now rather than after training: set "
+                          "HF_TOKEN (or run `hf auth login`), or drop --push-to-hub")
+    role = ((account.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise RhythmError(f"push_to_hub needs a token that can write; {account['name']}'s token is read-only: use a "
+                          "write token (HF_TOKEN or `hf auth login`), or drop --push-to-hub")
 
 
 def user_repo(name: str, option: str) -> str:
@@ -78,8 +97,9 @@ def _default_of(cfg: Any, name: str) -> Any:
 def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     """``cfg`` with the Hub repos a submission or push needs filled in, and the repos it will use.
 
-    Asks whoami only when something is missing; nothing is asked (and nothing reported) for a local
-    run that pushes nowhere.
+    Asks whoami when something is missing, and for a local run that pushes (its token is checked
+    before training: :func:`check_push_account`); nothing is asked (and nothing reported) for a local run
+    that pushes nowhere.
     """
     jobs = cfg.jobs  # type: ignore[attr-defined]
     flavor, push = jobs.flavor, getattr(cfg, "push_to_hub", False)
@@ -92,7 +112,10 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     default_adapter = flavor and stage == "grpo" and adapter == _default_of(cfg, "adapter") and not Path(adapter).exists()
     missing = [k for k, v in wanted.items() if not v] + (["adapter"] if default_adapter else [])
     names = {"hub_model_id": RUN_REPOS[stage], "data_repo": DATA_REPO, "adapter": RUN_REPOS["sft"]}
-    user = hub_user() if missing else None
+    local_push = bool(push) and not flavor
+    instead = STAGE_REPOS if missing else "check HF_TOKEN (or `hf auth login`), or drop --push-to-hub"
+    account = hub_account(instead) if missing or local_push else None
+    user = None if account is None else str(account["name"])
     if missing and user is None:
         need = " and ".join(k for k in ("hub_model_id", "data_repo") if k in wanted)
         options = " and ".join(f"--{k.replace('_', '-')} user/name" for k in ("hub_model_id", "data_repo") if k in wanted)
@@ -100,6 +123,8 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
         why = "a Hugging Face Jobs run" if flavor else "push_to_hub"
         raise RhythmError(f"{why} needs {need}: pass {options}, or set HF_TOKEN (or run `hf auth login`) "
                           f"so {'it defaults' if len(wanted) == 1 else 'they default'} to {defaults}")
+    if local_push:
+        check_push_account(account)
     changes = {k: f"{user}/{names[k]}" for k in missing}
     roles = {"hub_model_id": "model", "data_repo": "data", "adapter": "adapter"}
     current = {**wanted, **({"adapter": adapter} if flavor and stage == "grpo" else {})}

@@ -33,7 +33,7 @@ from rhythm.protocol import (
 )
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.teacher.llm_generate import errors_path, generate_llm
-from tests.fake_openai import REMINDER_START, Fail, FakeOpenAI, Reply, protocol_reply
+from tests.fake_openai import REMINDER_START, Fail, FakeOpenAI, Raw, Reply, protocol_reply
 
 KEY = "sk-test-0123456789abcdefSECRET"
 STEP_KEYS = {"t", "day", "slot", "observation", "response", "belief", "action", "parse_ok", "reward", "meters"}
@@ -229,6 +229,34 @@ def test_azure_entra_id_without_an_identity_is_one_clear_line(tmp_path: Path) ->
                              llm=LLMConfig(endpoint=server.endpoint))
         with pytest.raises(RhythmError, match="could not get a Microsoft Entra ID token.*no identity here"):
             _run(cfg, credential=BrokenCredential())
+    assert server.seen == []
+
+
+@pytest.fixture
+def azure_identity_logger():
+    """azure-identity's logger, its level put back after the test (the client quiets it for good)."""
+    import logging
+
+    logger = logging.getLogger("azure.identity")
+    level = logger.level
+    yield logger
+    logger.setLevel(level)
+
+
+def test_no_entra_identity_is_one_line_without_azure_identitys_warnings(tmp_path, monkeypatch, run_cli, caplog,
+                                                                         azure_identity_logger) -> None:
+    """No key and no identity: the default credential chain fails, and only its one error line shows; the
+    warning azure-identity logs for it (a dozen lines on stderr) is not emitted. The chain is limited to the
+    environment credential (AZURE_TOKEN_CREDENTIALS), so nothing probes the network."""
+    monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "EnvironmentCredential")
+    for name in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PATH",
+                 "AZURE_USERNAME", "AZURE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeOpenAI(deployment="dep", api_version="2025-04-01-preview") as server:
+        code, _, err = run_cli("generate", "--teacher", "azure:dep", "--endpoint", server.endpoint, "--seeds", "0",
+                               "--output", str(tmp_path / "n.jsonl"), "--quiet")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "could not get a Microsoft Entra ID token" in err, err
+    assert [r for r in caplog.records if r.name.startswith("azure.identity") and r.levelno >= 30] == []
     assert server.seen == []
 
 
@@ -434,6 +462,116 @@ def test_malformed_reply_gets_one_reask_then_the_fallback(tmp_path: Path, openai
 
 
 # ---------------------------------------------------------------------------------------------------
+# A 200 that is not a chat completion: a failed request of its episode, the server's words kept
+
+NOT_A_COMPLETION = {
+    "not-json": (Raw.ok(b"{not json"), "HTTP 200 after 0 retries: a body that is not JSON: '{not json'"),
+    "html": (Raw.ok(b"<html><body>Welcome to the proxy</body></html>", "text/html"),
+             "HTTP 200 after 0 retries: not a chat completion (text/html): '<html><body>Welcome to the proxy</body></html>'"),
+    "error-object": (Raw.ok(b'{"error": {"message": "upstream overloaded", "code": "overloaded"}}'),
+                     "HTTP 200 after 0 retries: an error instead of a reply: upstream overloaded"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_A_COMPLETION))
+def test_a_200_that_is_not_a_completion_fails_its_episode_and_the_others_finish(tmp_path: Path, openai_key: str, case: str) -> None:
+    """A 200 whose body is not JSON, a proxy's HTML page, or an ``error`` object where the choices should be,
+    fails the episode it belongs to (not re-sent: a server may have billed it), into the errors file with
+    what the server said; the other episodes finish. (An empty ``choices`` list alone is a reply with no
+    text: test_empty_or_cut_reply_is_reasked_then_a_counted_fallback.)"""
+    raw, reason = NOT_A_COMPLETION[case]
+    with FakeOpenAI(api_key=KEY, handler=lambda s: raw if s.n == 3 else None) as server:
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-1"), concurrency=1))
+    assert summary.episodes == 1 and summary.failed == 1 and summary.stopped is None
+    assert len(server.seen) == 4 + 28 and server.seen[4].retry_count == 0
+    assert [r["seed"] for r in _records(tmp_path / "t.jsonl")] == [1]
+    (err,) = _records(errors_path(tmp_path / "t.jsonl"))
+    assert (err["seed"], err["step"], err["status"], err["error"]) == (0, 3, 200, "APIResponseValidationError")
+    assert err["reason"] == reason
+
+
+def test_eval_stops_with_one_line_on_a_200_that_is_not_a_completion(tmp_path: Path, openai_key: str, run_cli) -> None:
+    out = tmp_path / "eval.json"
+    with FakeOpenAI(api_key=KEY, handler=lambda s: NOT_A_COMPLETION["html"][0] if s.n == 2 else None) as server:
+        code, _, err = run_cli("eval", "--agent", "openai:m", "--condition", "discrete", "--episodes", "1", "--output",
+                               str(out), "--quiet", "--set", f"llm.base_url={server.base_url}", "--set", "references=[random]")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "a request failed for good" in lines[0] and "not a chat completion (text/html)" in lines[0]
+    assert not out.exists()
+
+
+def test_a_connection_reset_after_the_headers_is_counted_as_no_connection(tmp_path: Path, openai_key: str) -> None:
+    """The headers of a 200 arrive, then the connection is reset half-way through the body: the client retries
+    it, and the summary counts that retry under timeouts/no connection (not a 429 or a 5xx)."""
+    cut = Raw(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"id\": \"x\", \"cho",
+              reset=True)
+    with FakeOpenAI(api_key=KEY, handler=lambda s: cut if s.n == 0 else None) as server:
+        summary = _run(_cfg(server, tmp_path))
+    assert summary.episodes == 1 and server.seen[1].retry_count == 1
+    assert summary.extra["retries"] == "1 (429: 0, 5xx: 0, timeouts/no connection: 1)"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Replies without usage: an unknown cost, and a budget that can no longer be held
+
+
+def test_a_reply_without_usage_has_an_unknown_cost(tmp_path: Path, openai_key: str) -> None:
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Reply(protocol_reply(s.observation), usage=None) if s.n == 0 else None) as server:
+        summary = _run(_cfg(server, tmp_path, prices={"m": Price(input=2.0, output=10.0)}))
+    (rec,) = _records(tmp_path / "t.jsonl")
+    assert rec["steps"][0]["usage"]["cost_usd"] is None and rec["usage"]["cost_usd"] is None
+    assert rec["steps"][1]["usage"]["cost_usd"] == pytest.approx((100 * 2.0 + 20 * 10.0) / 1e6)
+    assert summary.extra["cost"] == "unknown: $0.0108 for the replies with usage, plus 1 without"
+    assert summary.extra["replies without usage"] == 1
+
+
+def test_a_budget_stops_the_run_once_a_reply_comes_without_usage(tmp_path: Path, openai_key: str) -> None:
+    """With --max-cost-usd, a reply without usage means the spend can no longer be held to the cap: no
+    further request is sent, the run stops and says why; nothing is written for the abandoned episode."""
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Reply(protocol_reply(s.observation), usage=None)) as server:
+        cfg = _cfg(server, tmp_path, seeds="0-1", prices={"m": Price(input=2.0, output=10.0)}, max_cost_usd=1.0)
+        summary = _run(dataclasses.replace(cfg, concurrency=1))
+    assert len(server.seen) == 1 and summary.episodes == 0 and _records(tmp_path / "t.jsonl") == []
+    assert "1 reply came without usage, so the spend ($0.0000 known) cannot be held to the $1.0000 budget" in summary.stopped
+    assert "drop --max-cost-usd" in summary.stopped
+    assert summary.extra["cost"] == "unknown: $0.0000 of $1.0000 budget for the replies with usage, plus 1 without"
+
+
+def test_eval_agent_stops_once_a_reply_comes_without_usage_under_a_budget(openai_key: str) -> None:
+    from rhythm.agents.llm import LLMAgent
+
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Reply(protocol_reply(s.observation), usage=None)) as server:
+        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, prices={"m": Price(input=1.0)}, max_cost_usd=1.0,
+                                                  concurrency=1))
+        try:
+            with pytest.raises(RhythmError, match="came without usage.*drop llm.max_cost_usd"):
+                play_batch(agent, "discrete", "eval", [0])
+        finally:
+            agent.close()
+    assert len(server.seen) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# The errors file after a resume
+
+
+def test_resume_leaves_only_the_still_failed_episodes_in_the_errors_file(tmp_path: Path, openai_key: str) -> None:
+    errors = errors_path(tmp_path / "t.jsonl")
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "down") if s.n >= 28 else None) as server:
+        _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-2", max_retries=0), concurrency=1))
+    assert [e["seed"] for e in _records(errors)] == [1, 2]
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "still down") if s.n >= 28 else None) as server:
+        summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-2", max_retries=0), concurrency=1, resume=True))
+    assert summary.episodes == 1 and summary.failed == 1
+    (left,) = _records(errors)  # seed 1 is in the output now; seed 2 keeps its latest failure only
+    assert left["seed"] == 2 and "still down" in left["reason"]
+    with FakeOpenAI(api_key=KEY) as server:
+        _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-2"), resume=True))
+    assert sorted(r["seed"] for r in _records(tmp_path / "t.jsonl")) == [0, 1, 2] and not errors.exists()
+
+
+# ---------------------------------------------------------------------------------------------------
 # Resume, budget, concurrency, Ctrl-C
 
 
@@ -531,6 +669,11 @@ def test_wrong_key_is_one_clear_line_and_nonzero_exit(tmp_path: Path, monkeypatc
         (["--teacher", "azure:d", "--endpoint", "https://x.openai.azure.com", "--set", "llm.auth=key"], {}, "AZURE_OPENAI_API_KEY is not set"),
         (["--teacher", "openai:m", "--set", "llm.reasoning_effort=huge"], {"OPENAI_API_KEY": KEY}, "unknown reasoning_effort"),
         (["--teacher", "openai:m", "--set", "llm.history_turns=0"], {"OPENAI_API_KEY": KEY}, "llm.history_turns=0: input should be greater than or equal to 1"),
+        (["--teacher", "openai:m", "--base-url", "127.0.0.1:8000"], {"OPENAI_API_KEY": KEY},
+         "--base-url (llm.base_url) must be an http:// or https:// URL with a host, got '127.0.0.1:8000' (e.g. http://127.0.0.1:8000)"),
+        (["--teacher", "openai:m"], {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "localhost:8000/v1"}, "OPENAI_BASE_URL must be an http://"),
+        (["--teacher", "azure:d", "--endpoint", "res.openai.azure.com"], {"AZURE_OPENAI_API_KEY": KEY},
+         "--endpoint (llm.endpoint) must be an http:// or https:// URL with a host, got 'res.openai.azure.com'"),
     ],
 )
 def test_missing_settings_fail_before_anything_is_sent(tmp_path, monkeypatch, run_cli, args, env, needle) -> None:

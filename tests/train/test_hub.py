@@ -171,3 +171,26 @@ def test_upload_in_offline_mode_is_one_line(hub, tmp_path, teacher, repo):
     assert code == 2 and out == "" and len(lines) == 1, err
     assert "offline mode is enabled" in lines[0] and ("upload to tester/x failed" if repo else "or pass --repo user/name") in lines[0]
     assert not hub.repos
+
+
+def test_each_upload_card_covers_every_episode_file_the_repo_holds(hub, tmp_path, teacher):
+    """A second upload to the same dataset repo writes a card over every episode file there (data_files lists
+    them by name, the stats are over all), and names a JSONL that is not episodes instead of loading it."""
+    path, records = teacher
+    stray = tmp_path / "notes.jsonl"
+    stray.write_text('{"note": 1}\n')
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(path), str(stray), "--repo", "tester/t", "--no-card")
+    assert code == 0, err
+    more = tmp_path / "more.jsonl"
+    more.write_bytes(b"".join(orjson.dumps({**r, "seed": 40 + i}) + b"\n" for i, r in enumerate(records[:2])))
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(more), "--repo", "tester/t")
+    assert code == 0, err
+    repo = hub.repo("tester/t", "dataset")
+    card = repo.files["README.md"].decode()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["configs"][0]["data_files"][0]["path"] == ["more.jsonl", "teacher_6ep.jsonl"]
+    for fact in ("| episodes / steps | 8 / 224 |", "| seeds | in-dist/train: 0-5,40-41 |", "| `more.jsonl` | 2 |",
+                 "| `teacher_6ep.jsonl` | 6 |", "Not part of the data (JSONL that is not episodes): `notes.jsonl`."):
+        assert fact in card, fact
+    (commit,) = [r for r in hub.requests_to("/commit/", "POST")][-1:]
+    assert orjson.loads(commit.body.splitlines()[0])["value"]["parentCommit"] == repo.commits[-2]["sha"]

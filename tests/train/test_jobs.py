@@ -174,3 +174,19 @@ def test_job_script_trains_and_pushes_to_the_hub(hub, tmp_path, teacher, tiny_st
     # it ran the stage module with the committed config (the source beside it comes first on PYTHONPATH)
     assert re.search(r"rhythm job: \S+ -m rhythm\.train\.sft --config \S+/rhythm_job/config\.yaml --set data=", proc.stderr)
     assert [line for line in files["training_log.jsonl"].splitlines() if b'"stage":"sft"' in line]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["sft", "--model", "./localbase"], "a job cannot read the local model ./localbase; push it to the Hub"),
+    (["grpo", "--model", "./local", "--set", "adapter=null"], "a job cannot read the local model ./local; push it to the Hub"),
+    (["sft", "--resume"], "--resume continues from the checkpoints of a local output_dir, which a job cannot read"),
+    (["grpo", "--resume", "--set", "adapter=me/rhythm-sft"], "--resume continues from the checkpoints"),
+], ids=["sft-local-model", "grpo-local-model", "sft-resume", "grpo-resume"])
+def test_a_job_refuses_what_only_this_machine_has(tmp_path, run_cli, args, needle):
+    """A local base model would fail on the paid machine, and --resume has no checkpoints there: both are
+    refused at submission (dry run too), one line, exit 2, before any request."""
+    data = tmp_path / "t.jsonl"
+    data.write_text("{}\n")
+    code, out, err = run_cli(*args, "--flavor", "a10g-large", "--dry-run", "--data", str(data),
+                             "--hub-model-id", "org/student", "--data-repo", "org/data")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err

@@ -80,3 +80,21 @@ def test_upload_without_repo_goes_to_the_users_teacher_repo(hub, tmp_path):
     assert hub.repo("tester/rhythm-teacher", "dataset").files["t.jsonl"] == (tmp_path / "t.jsonl").read_bytes()
     code, out, err = rhythm(hub, tmp_path, "upload", "--files", "t.jsonl", "--repo-type", "model")
     assert code == 2 and err.strip() == "rhythm: error: --repo user/name is required for a model upload"
+
+
+@pytest.mark.parametrize("case", ["no-token", "refused-token", "read-only-token"])
+def test_a_local_push_checks_the_token_before_training(hub, tmp_path, case):
+    """``--push-to-hub`` with every repo named still asks whoami first: no token, a refused one or a read-only
+    one is one line and exit 2 before the run starts (its data, here unreadable, is never read), not after
+    hours of training."""
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    extra = {"HF_TOKEN": "hf_not_the_right_one"} if case == "refused-token" else None
+    hub.role = "read" if case == "read-only-token" else "write"
+    code, out, err = rhythm(hub, tmp_path, "sft", "--push-to-hub", "--hub-model-id", "tester/s", "--data", "t.jsonl",
+                            "-o", "run", token=case != "no-token", extra_env=extra)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    needle = {"no-token": "push_to_hub needs a Hugging Face token", "refused-token": "whoami) failed",
+              "read-only-token": "tester's token is read-only"}[case]
+    assert needle in err and "drop --push-to-hub" in err
+    assert [r.path for r in hub.requests] == ([] if case == "no-token" else ["/api/whoami-v2"])
+    assert not (tmp_path / "run").exists()
