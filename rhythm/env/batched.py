@@ -113,7 +113,8 @@ class BatchedRhythmEnv(VectorEnv):
         if seed is None:
             seed = options.get("seeds", options.get("seed", self._next_seed))
         raw = np.asarray(seed)
-        if raw.dtype.kind not in "iu" or raw.ndim > 1 or (raw < 0).any() or (raw > MAX_SEED - (raw.ndim == 0) * (self.num_envs - 1)).any():
+        span = self.num_envs - 1 if raw.ndim == 0 else 0  # an int s plays s .. s + num_envs - 1
+        if raw.dtype.kind not in "iu" or raw.ndim > 1 or (raw < 0).any() or (raw > MAX_SEED - span).any():
             raise ValueError(f"seed must be an integer in [0, 2**63 - 1] or {self.num_envs} of them, got {seed!r}")
         seeds = raw.astype(np.int64)
         if raw.ndim == 0:
