@@ -182,10 +182,10 @@ class BatchedRhythmEnv(VectorEnv):
             return None
         if self.state is None:
             raise RuntimeError("call reset() first")
-        s, t = self.state, min(self.state.t, EPISODE_STEPS - 1)
+        s = self.state
         if self.render_mode == "rgb_array":
             return tuple(meter_image(m, s.t) for m in s.meters)
-        return tuple(render_observation(t, m, int(a), d, x) for m, a, d, x in zip(s.meters, s.last_action, s.delta, s.anomaly))
+        return tuple(render_observation(s.t, m, int(a), d, x) for m, a, d, x in zip(s.meters, s.last_action, s.delta, s.anomaly))
 
     def snapshot(self) -> BatchState:
         """A copy of the current state; :meth:`restore` it to replay from here."""

@@ -44,8 +44,9 @@ def render_observation(
     delta: Sequence[float],
     anomaly: Sequence[float],
 ) -> str:
-    """The observation before step ``t`` (``last_action`` -1 at the start of the week)."""
-    head = f"{when(t)}. {METER_HEADER} {_numbers(meters, False)}"
+    """The observation before step ``t`` (``last_action`` -1 at the start of the week); after the last step the
+    week's end keeps the last slot's clock, as the numeric observation does."""
+    head = f"{when(min(t, EPISODE_STEPS - 1))}. {METER_HEADER} {_numbers(meters, False)}"
     if last_action < 0:
         return head + "\nStart of the week."
     return f"{head}\nAfter {ACTIONS[last_action]}: change {_numbers(delta, True)}, anomaly {_numbers(anomaly, True)}"

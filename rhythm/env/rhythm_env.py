@@ -262,9 +262,7 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
     @property
     def text(self) -> str:
         """The current observation as text (what a language model sees)."""
-        return render_observation(
-            min(self._t, EPISODE_STEPS - 1), self._meters, self._last_action, self._delta, self._anomaly
-        )
+        return render_observation(self._t, self._meters, self._last_action, self._delta, self._anomaly)
 
     def render(self) -> str | np.ndarray | None:
         """The text (``render_mode="ansi"``), a picture of the meters (``"rgb_array"``), or None."""

@@ -120,9 +120,10 @@ def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]
     ``auto`` settings for this machine. Returns ``(output_dir, resume, resolved)``."""
     resume = resume_path(cfg)
     out = Path(cfg.output_dir)
-    if resume is not None and cfg.max_steps > 0 and checkpoint_step(resume) >= cfg.max_steps:
-        raise RhythmError(f"{resume} is at step {checkpoint_step(resume)}, the run's max_steps={cfg.max_steps}: it "
-                          "finished; raise max_steps to train on")
+    at = None if resume is None else checkpoint_step(resume)
+    if at is not None and cfg.max_steps > 0 and at >= cfg.max_steps:
+        raise RhythmError(f"{resume} is at step {at}, the run's max_steps={cfg.max_steps}: it finished; raise max_steps "
+                          "to train on")
     if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "

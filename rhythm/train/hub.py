@@ -32,7 +32,7 @@ import orjson
 import yaml
 
 from rhythm.errors import RhythmError
-from rhythm.records import read_episodes
+from rhythm.records import read_episodes, sidecar_path
 from rhythm.seeds import format_seeds
 
 REPO_TYPES = ("dataset", "model")
@@ -363,7 +363,7 @@ def upload_pairs(files: Sequence[str | Path]) -> tuple[list[tuple[Path, str]], l
             pairs.append((path, path.name))
             if path.suffix == ".jsonl":
                 jsonl.append(path)
-                sidecar = path.with_name(path.name + ".config.yaml")
+                sidecar = sidecar_path(path)
                 if sidecar.is_file():
                     pairs.append((sidecar, sidecar.name))
         else:
