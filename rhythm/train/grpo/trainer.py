@@ -156,6 +156,11 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     return model, tokenizer, source
 
 
+def world_size() -> int:
+    """The processes a distributed launcher started (``torchrun`` / ``accelerate`` set ``WORLD_SIZE``); 1 alone."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = False):
     """The TRL ``GRPOConfig`` of a run (episode mode: batch sizes derived, no dataset shuffle)."""
     from trl import GRPOConfig
@@ -163,10 +168,9 @@ def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = Fals
     generation_batch_size = cfg.step.generation_batch_size
     accumulation = cfg.step.gradient_accumulation_steps
     if cfg.mode == "episode":
-        world = int(os.environ.get("WORLD_SIZE", "1"))
         generation_batch_size = episode_batch(cfg)
         # one generation batch of whole weeks per optimizer step: on-policy, and no week is split
-        accumulation = max(1, generation_batch_size // (cfg.per_device_train_batch_size * world))
+        accumulation = max(1, generation_batch_size // (cfg.per_device_train_batch_size * world_size()))
     kwargs: dict[str, Any] = {}
     if cfg.mode == "step" and cfg.step.use_vllm:
         kwargs.update(use_vllm=True, vllm_mode=cfg.step.vllm_mode, vllm_gpu_memory_utilization=cfg.step.vllm_gpu_memory_utilization)
@@ -286,7 +290,7 @@ def _check_enough(cfg: GRPORunConfig, train_rows: list[dict[str, Any]]) -> None:
     the starting model as if refined."""
     if cfg.mode == "episode":
         return  # its rows are placeholders, checked against episodes_per_step when built
-    generation = step_generation_batch(cfg) * int(os.environ.get("WORLD_SIZE", "1"))
+    generation = step_generation_batch(cfg) * world_size()
     needed = generation // cfg.num_generations
     if len(train_rows) < needed:
         raise RhythmError(f"{len(train_rows)} training states, fewer than the {needed} one generation batch needs "
