@@ -257,6 +257,15 @@ def read_episodes(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield where, check_episode(obj, where)
 
 
+def check_trainable(record: dict[str, Any], where: str) -> None:
+    """Refuse a week of an eval-split person as training data: eval's people stay unseen by construction, or
+    ``rhythm eval`` would score the student on people it was trained on (the published run's leak)."""
+    if record.get("split") == "eval":
+        raise RhythmError(f"{where}: a week of an eval-split person ({record.get('condition')}/eval/"
+                          f"{record.get('seed')}); training on it would leak into rhythm eval's tables: train on "
+                          "train-split weeks (rhythm generate plays the train split)")
+
+
 def check_output(path: str | Path, *, inputs: Iterable[str | Path] = (), folder: bool = False, what: str = "output") -> None:
     """Refuse, before any work, an output that cannot be written where it is asked for: an empty path, one of
     the run's ``inputs``, a folder where a file goes (or a file where a ``folder`` goes), a path under a file, a

@@ -18,7 +18,18 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 import orjson
 from annotated_types import Ge, Gt
 
-from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
+from rhythm.config import (
+    NonNegative,
+    Positive,
+    Share,
+    check_bounds,
+    config_dict,
+    flat_settings,
+    load_config,
+    read_recorded,
+    settings_change,
+    write_config,
+)
 from rhythm.errors import RhythmError
 from rhythm.provenance import made_by
 from rhythm.records import check_output
@@ -112,18 +123,49 @@ def check_shared(cfg: Any) -> None:
         for path in data_paths(cfg):
             if path != "-" and not Path(path).is_file():
                 raise RhythmError(f"file not found: {path}")
+        if "-" in data_paths(cfg) and world_size() > 1:
+            raise RhythmError(f"data=- (stdin) under a launcher of {world_size()} processes: each would read part of "
+                              "the stream; give a file")
+        if cfg.overwrite_output_dir:
+            check_inputs_outside(cfg)
 
 
-def prepare_run(cfg: Any, quiet: bool) -> tuple[Path, str | None, dict[str, Any]]:
-    """What both stages do once their data is read: find the checkpoint to resume from, make ``output_dir`` (a
-    folder holding an earlier run needs resuming or ``overwrite_output_dir``), quiet the libraries and resolve the
-    ``auto`` settings for this machine. Returns ``(output_dir, resume, resolved)``."""
+def world_size() -> int:
+    """The processes a distributed launcher started (``torchrun`` / ``accelerate`` set ``WORLD_SIZE``); 1 alone."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_inputs_outside(cfg: Any) -> None:
+    """``overwrite_output_dir`` empties ``output_dir`` before the run reads its model: an input inside it (the
+    model trained on in place, data kept beside the run) would be deleted first, so it is refused."""
+    out = Path(cfg.output_dir).expanduser().resolve()
+    inputs = [*data_paths(cfg), cfg.model_name_or_path or "", getattr(cfg, "adapter", None) or ""]
+    for name in inputs:
+        path = Path(name).expanduser()
+        if name and name != "-" and path.exists() and path.resolve().is_relative_to(out):
+            raise RhythmError(f"overwrite_output_dir would delete {name}, an input of this run inside output_dir "
+                              f"{cfg.output_dir}; write the run to another output_dir")
+
+
+RESUME_MAY_CHANGE = (
+    "max_steps", "num_train_epochs", "resume_from_checkpoint", "overwrite_output_dir", "output_dir", "logging_steps",
+    "eval_steps", "save_steps", "save_total_limit", "eval_on_start", "per_device_eval_batch_size", "log_replies",
+    "report_to", "push_to_hub", "hub_model_id", "hub_private", "jobs", "attn_implementation", "gradient_checkpointing",
+    "step.use_vllm", "step.vllm_mode", "step.vllm_gpu_memory_utilization",
+)
+"""Settings a resumed run may change: how long it trains, what it logs, evaluates and saves, where the result goes,
+how this machine computes it. The rest (data, model, optimizer, batch, seed, rewards) decides what is trained, and a
+resume that changes one would train a run that no config describes."""
+
+
+def prepare_run(cfg: Any, stage: str, quiet: bool) -> tuple[Path, str | None, dict[str, Any]]:
+    """What both stages do once their data is read: find the checkpoint to resume from (trained with these settings,
+    not finished), make ``output_dir`` (a folder holding an earlier run needs resuming or ``overwrite_output_dir``),
+    quiet the libraries and resolve the ``auto`` settings for this machine. Returns ``(output_dir, resume, resolved)``."""
     resume = resume_path(cfg)
     out = Path(cfg.output_dir)
-    at = None if resume is None else checkpoint_step(resume)
-    if at is not None and cfg.max_steps > 0 and at >= cfg.max_steps:
-        raise RhythmError(f"{resume} is at step {at}, the run's max_steps={cfg.max_steps}: it finished; raise max_steps "
-                          "to train on")
+    if resume is not None:
+        check_resume(cfg, stage, Path(resume))
     if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
@@ -175,6 +217,42 @@ def cleaned_on_failure(output_dir: str | Path) -> Iterator[None]:
             except OSError:  # not empty, or gone
                 break
         raise
+
+
+def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
+    """Refuse to resume a run that finished (its summary is at the checkpoint's step or later), or one whose
+    ``STAGE_config.yaml`` records other settings than :data:`RESUME_MAY_CHANGE` allows."""
+    run, at = checkpoint.parent, checkpoint_step(checkpoint)
+    summary = run / f"{stage}_summary.json"
+    done = orjson.loads(summary.read_bytes()).get("global_step", -1) if summary.is_file() else -1
+    if cfg.max_steps > 0 and at >= cfg.max_steps and done >= at:
+        raise RhythmError(f"{checkpoint} is at step {at}, the run's max_steps={cfg.max_steps}: it finished; raise "
+                          "max_steps to train on")
+    found = read_recorded(run / f"{stage}_config.yaml")
+    if found is None:
+        return
+    before, now = (flat_settings(c, RESUME_MAY_CHANGE) for c in (found[0], config_dict(cfg)))
+    for settings in (before, now):  # one file, however its path was written
+        settings["data"] = ",".join(str(Path(p).expanduser().resolve()) if p != "-" else p
+                                    for p in str(settings.get("data") or "").split(",") if p.strip())
+    differs = settings_change(before, now)
+    if differs:
+        raise RhythmError(f"{run} was trained with other settings ({differs}); resuming would train a run no config "
+                          f"describes: resume with its {stage}_config.yaml's settings, or start afresh in another "
+                          "output_dir")
+
+
+def train_or_finish(trainer: Any, resume: str | None) -> Any:
+    """``trainer.train()``, resumed from ``resume``; a checkpoint already at ``max_steps`` (a run stopped after its
+    last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
+    what ``train()`` returns, or None when no step was trained."""
+    if resume is None or trainer.args.max_steps <= 0 or checkpoint_step(resume) < trainer.args.max_steps:
+        return trainer.train(resume_from_checkpoint=resume)
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(resume)  # the weights, full or an adapter, as train() loads them
+    trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    return None
 
 
 def resume_path(cfg: Any) -> str | None:
@@ -253,6 +331,13 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
     )
 
 
+def batch_sizes(args: Any) -> dict[str, int]:
+    """For the record: the processes of a run, and what one optimizer step takes from all of them (SFT examples,
+    GRPO completions): its per-device batch x accumulation steps x processes."""
+    return {"world_size": args.world_size,
+            "effective_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size}
+
+
 def make_log_callback(path: Path, stage: str):
     """A ``TrainerCallback`` that streams ``state.log_history`` to JSONL, one flushed line per entry. At train begin
     the file is rewritten from the (possibly resumed) history: the checkpoint's history, then the new entries."""
@@ -302,12 +387,14 @@ def write_json(path: Path, obj: Any) -> None:
 def write_run_start(run: Any, stage: str, report_name: str, report_key: str, say: Callable[[str], None],
                     **provenance: Any) -> None:
     """Before training (rank 0): the data report as a line and as ``report_name``, and the effective config as
-    ``STAGE_config.yaml`` with its provenance (``provenance``: the stage's own keys, written before the versions)."""
+    ``STAGE_config.yaml`` with its provenance (``provenance``: the stage's own keys, written before the versions;
+    a resumed run names its checkpoint)."""
     out = Path(run.cfg.output_dir)
     say(run.report.summary_line())
     write_json(out / report_name, run.report.to_dict())
+    resumed = {} if run.resume is None else {"resumed_from": str(run.resume)}
     write_config(run.cfg, out / f"{stage}_config.yaml", extra={
-        **made_by(stage=stage, resolved=run.resolved, **provenance), report_key: run.report.to_dict(),
+        **made_by(stage=stage, resolved=run.resolved, **resumed, **provenance), report_key: run.report.to_dict(),
     })
 
 

@@ -18,12 +18,13 @@ from typing import Any
 from rhythm.env.render import ECHOED_ACTION
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
-from rhythm.records import check_protocol, read_episodes
+from rhythm.records import check_protocol, check_trainable, read_episodes
 
 # Why an episode is left out (the keys of DataReport.dropped_*).
 BELOW_MIN_SCORE = "episode final_score below min_score"
 PARSE_FAILURE = "a reply has no valid ACTION (parse_ok false)"
 EMPTY_REPLY = "an empty reply"
+NO_BELIEF = "a reply has no valid BELIEF line (strip_reasoning keeps only the two protocol lines)"
 TOO_LONG = "longer than max_length tokens (truncation would drop the last turns' loss)"
 
 
@@ -47,6 +48,7 @@ class DataReport:
     episodes_read: int = 0
     steps_read: int = 0
     episodes_kept: int = 0
+    """people (condition/split/seed) with a week kept: the unit of the train / validation split"""
     train_episodes: int = 0
     validation_episodes: int = 0
     train_examples: int = 0
@@ -67,6 +69,7 @@ class DataReport:
         train, validation = rows.get("train", []), rows.get("validation", [])
         self.train_examples, self.validation_examples = len(train), len(validation)
         self.train_episodes, self.validation_episodes = (len({e["episode"] for e in r}) for r in (train, validation))
+        self.episodes_kept = self.train_episodes + self.validation_episodes
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -96,6 +99,8 @@ def week_replies(steps: list[dict[str, Any]], options: DataOptions, where: str) 
             raise RhythmError(f"{where}: step {i} parse_ok must be true or false, got {ok!r}")
         if (options.drop_parse_failures and not ok) or (options.strip_reasoning and not parsed.ok):
             return [], PARSE_FAILURE
+        if options.strip_reasoning and parsed.belief is None:
+            return [], NO_BELIEF
         replies.append(format_ending(parsed.belief, parsed.action) if options.strip_reasoning else response)
     return replies, None
 
@@ -139,6 +144,7 @@ def build_examples(
     for path in paths:
         for where, record in read_episodes(path):
             check_protocol(record, where)  # before any filter, so a v1 file is never silently thinned
+            check_trainable(record, where)
             report.episodes_read += 1
             steps = record["steps"]
             report.steps_read += len(steps)
@@ -159,7 +165,6 @@ def build_examples(
             # by two teachers must not land on both sides.
             episode = f"{record['condition']}/{record['split']}/{record['seed']}"
             rows = by_episode.setdefault(episode, [])
-            report.episodes_kept += not rows
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
             rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
                          "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
@@ -178,12 +183,12 @@ def tokenize_examples(
     observation_loss: float = 0.0, echo_loss: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Render and tokenize every week once, in batches, as TRL would (it then skips its own preparation), adding
-    ``input_ids``, ``labels`` and ``loss_weights`` (:func:`week_weights`). A week over ``max_length`` tokens is left
+    ``input_ids``, ``labels``, ``loss_weights`` (:func:`week_weights`) and ``reply_mask`` (the replies' tokens, which
+    the reply-only metrics read). A week over ``max_length`` tokens is left
     out and counted (TRL's truncation would cut its last turns' loss); the report records the longest week."""
     template = training_template(tokenizer)
     echo = echo_loss is not None and echo_loss != observation_loss
     out: dict[str, list[dict[str, Any]]] = {}
-    dropped = 0
     for name, examples in rows.items():
         kept = []
         for i in range(0, len(examples), chunk):
@@ -193,17 +198,15 @@ def tokenize_examples(
             for example, ids, mask, echoed in zip(batch, enc["input_ids"], enc["assistant_masks"], echoes, strict=True):
                 report.max_tokens = max(report.max_tokens, len(ids))
                 if max_length is not None and len(ids) > max_length:
-                    dropped += 1
+                    report.drop_episode(TOO_LONG, sum(m["role"] == "assistant" for m in example["messages"]))
                     continue
                 if not any(mask):
                     raise RhythmError(f"episode {example['episode']}: no assistant tokens in the rendered chat (the "
                                       "chat template needs {% generation %} markers for assistant-only loss)")
                 weights = week_weights(mask, observation_loss, echoed, echo_loss)
                 labels = [t if w > 0 else -100 for t, w in zip(ids, weights, strict=True)]
-                kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights})
+                kept.append({**example, "input_ids": ids, "labels": labels, "loss_weights": weights, "reply_mask": list(mask)})
         out[name] = kept
-    if dropped:
-        report.dropped_episodes[TOO_LONG] = report.dropped_episodes.get(TOO_LONG, 0) + dropped
     report.count(out)
     if report.train_examples == 0:
         raise RhythmError(f"every training week is longer than max_length={max_length} tokens "

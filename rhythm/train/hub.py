@@ -310,7 +310,9 @@ def model_card(repo_id: str, folder: str | Path) -> str | None:
     if stage == "sft":
         data = summary.get("data") or {}
         how = (f"A student distilled from rhythm teacher episodes with TRL `SFTTrainer`{' and a LoRA adapter' if adapter else ''}:\n"
-               "it reads the observation text and replies with reasoning that ends in `BELIEF:` and `ACTION:` lines.")
+               "it reads the observation text and replies with "
+               + ("the `BELIEF:` and `ACTION:` lines alone (trained with `strip_reasoning`)." if config.get("strip_reasoning")
+                  else "reasoning that ends in `BELIEF:` and `ACTION:` lines."))
         rows = (f"| data | {', '.join(f'`{Path(f).name}`' for f in data.get('files', []))}: {data.get('train_examples')} train / "
                 f"{data.get('validation_examples')} validation examples ({data.get('train_episodes')} / "
                 f"{data.get('validation_episodes')} episodes) |\n"

@@ -35,6 +35,7 @@ from rhythm.train.common import (
     LOG_NAME,
     LearningRate,
     TrainRunConfig,
+    batch_sizes,
     check_shared,
     cleaned_on_failure,
     data_paths,
@@ -44,6 +45,7 @@ from rhythm.train.common import (
     prepare_run,
     quiet_trainer,
     series,
+    train_or_finish,
     trainer_args,
     write_run_start,
     write_summary,
@@ -153,7 +155,9 @@ def sft_config(cfg: SFTRunConfig, resolved: dict[str, Any], has_validation: bool
 def weighted_sft_trainer(tokenizer, **kwargs):
     """A TRL ``SFTTrainer`` whose loss weighs each labelled token by the example's ``loss_weights``
     (:func:`rhythm.train.data.week_weights`): ``-sum(w * log p) / (labelled tokens)``, TRL's own reduction with a
-    weight per token, on the per-token log-probabilities of TRL's fused LM head. The collator pads the weights."""
+    weight per token, on the per-token log-probabilities of TRL's fused LM head. The collator pads the weights.
+    Beside TRL's metrics it logs ``reply_loss`` and ``reply_token_accuracy`` (``eval_`` ones on validation): over the
+    replies alone, so runs with another ``observation_loss`` (whose loss also averages the observations) compare."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
     from trl import SFTTrainer
@@ -162,27 +166,37 @@ def weighted_sft_trainer(tokenizer, **kwargs):
     class WeightsCollator(DataCollatorForLanguageModeling):
         def torch_call(self, examples):
             batch = super().torch_call(examples)
-            weights = [torch.tensor(e["loss_weights"], dtype=torch.float32) for e in examples]
-            batch["loss_weights"] = pad_sequence(weights, batch_first=True, padding_value=0.0)
+            for key, dtype in (("loss_weights", torch.float32), ("reply_mask", torch.bool)):
+                if key in examples[0]:
+                    values = [torch.tensor(e[key], dtype=dtype) for e in examples]
+                    batch[key] = pad_sequence(values, batch_first=True, padding_value=0)
             return batch
 
     class WeightedSFTTrainer(SFTTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             weights = inputs.pop("loss_weights")[:, 1:]
+            replies = inputs.pop("reply_mask", None)
             outputs = model(**inputs, use_cache=False, fused_lm_head=True)  # per-token log-probs, zero where unlabelled
             tokens = outputs.label_mask.sum() if num_items_in_batch is None else num_items_in_batch
             loss = -(outputs.log_probs * weights.to(outputs.log_probs)).sum() / torch.as_tensor(tokens).clamp(min=1)
             if self.args.average_tokens_across_devices and num_items_in_batch is not None:
                 loss = loss * self.accelerator.num_processes  # as SFTTrainer: DDP averages the gradients
-            self.log_token_metrics(outputs, inputs)
+            self.log_token_metrics(outputs, inputs, None if replies is None else replies[:, 1:])
             return (loss, outputs) if return_outputs else loss
 
-        def log_token_metrics(self, outputs, inputs) -> None:
-            """The metrics ``SFTTrainer.compute_loss`` logs: entropy, token accuracy, tokens seen."""
+        def log_token_metrics(self, outputs, inputs, replies) -> None:
+            """The metrics ``SFTTrainer.compute_loss`` logs (entropy, token accuracy, tokens seen), and the replies'
+            own loss and accuracy."""
             mode, gather = "train" if self.model.training else "eval", self.accelerator.gather_for_metrics
             valid = gather(outputs.label_mask.sum()).sum().clamp(min=1)
             self._metrics[mode]["entropy"].append((gather(outputs.entropy.detach().sum()).sum() / valid).item())
             self._metrics[mode]["mean_token_accuracy"].append((gather(outputs.is_top1.sum()).sum() / valid).item())
+            if replies is not None:
+                replies = replies.to(outputs.log_probs.device)
+                n = gather(replies.sum()).sum().clamp(min=1)
+                nll = gather(-(outputs.log_probs.detach() * replies).sum()).sum()
+                self._metrics[mode]["reply_loss"].append((nll / n).item())
+                self._metrics[mode]["reply_token_accuracy"].append((gather((outputs.is_top1 & replies).sum()).sum() / n).item())
             if mode == "train":
                 self._total_train_tokens += gather(inputs["attention_mask"].sum()).sum().item()
             self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
@@ -213,7 +227,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         raise RhythmError(f"model path not found: {cfg.model_name_or_path}")
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
     rows, report = examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
-    out, resume, resolved = prepare_run(cfg, quiet)
+    out, resume, resolved = prepare_run(cfg, "sft", quiet)
     model_path = resolved["model_path"] = resolve_model(cfg.model_name_or_path)
 
     from datasets import Dataset
@@ -238,6 +252,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         )
     except OSError as err:
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
+    resolved.update(batch_sizes(trainer.args))
     return SFTRun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, resume)
 
 
@@ -257,7 +272,7 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
     if main:
         write_run_start(run, "sft", REPORT_NAME, "data_report", say)
     resumed_at = _restore_token_count(trainer, run.resume)
-    train_result = trainer.train(resume_from_checkpoint=run.resume)
+    train_result = train_or_finish(trainer, run.resume)
     evaluated = any("eval_loss" in e and e.get("step") == trainer.state.global_step for e in trainer.state.log_history)
     if trainer.eval_dataset is not None and not evaluated:  # the final validation loss
         trainer.evaluate()
@@ -273,10 +288,12 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
         "epochs": trainer.state.epoch,
         "train_loss_first": train_losses[0] if train_losses else None,
         "train_loss_last": train_losses[-1] if train_losses else None,
-        "train_loss_mean": train_result.training_loss,  # over the steps this run trained (after resumed_from_step)
+        # over the steps this run trained (after resumed_from_step; None when it trained none)
+        "train_loss_mean": None if train_result is None else train_result.training_loss,
         "resumed_from_step": resumed_at,
         "eval_loss_first": eval_losses[0] if eval_losses else None,
         "eval_loss_last": eval_losses[-1] if eval_losses else None,
+        "eval_reply_loss_last": (series(history, "eval_reply_loss") or [None])[-1],
         "train_tokens": max((int(e.get("num_tokens", 0)) for e in history), default=0),
         "seconds": round(time.perf_counter() - started, 2),
         "resolved": run.resolved,

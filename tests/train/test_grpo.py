@@ -3,6 +3,7 @@ every group scored in one state; episode: whole weeks played and graded as eval 
 
 from __future__ import annotations
 
+import shutil
 from collections import defaultdict
 from importlib import metadata
 
@@ -341,6 +342,14 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
         run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)
     with pytest.raises(RhythmError, match="checkpoint-2 is at step 2, the run's max_steps=2: it finished"):
         run_grpo(dataclasses.replace(cfg, resume_from_checkpoint="latest"), quiet=True, log=lambda m: None)
+    stopped = tmp_path / "stopped"  # killed after its last checkpoint, before its final save: finished on resume
+    shutil.copytree(tmp_path / "run", stopped)
+    for name in ("adapter_model.safetensors", "grpo_summary.json"):
+        (stopped / name).unlink()
+    finished = run_grpo(dataclasses.replace(cfg, output_dir=str(stopped), resume_from_checkpoint="latest"), quiet=True,
+                        log=lambda m: None)
+    assert finished["global_step"] == 2 and finished["resumed_from_step"] == 2
+    assert (stopped / "adapter_model.safetensors").read_bytes() == (tmp_path / "run" / "adapter_model.safetensors").read_bytes()
     summary = run_grpo(dataclasses.replace(cfg, max_steps=3, resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1")),
                        quiet=True, log=lambda m: None)
     assert summary["global_step"] == 3 and summary["resumed_from_step"] == 1

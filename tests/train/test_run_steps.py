@@ -9,8 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rhythm.config import write_config
 from rhythm.errors import RhythmError
-from rhythm.train.common import check_report_to, checkpoint_step, latest_checkpoint, prepare_run
+from rhythm.train.common import check_inputs_outside, check_report_to, checkpoint_step, latest_checkpoint, prepare_run
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class Run:
     resume_from_checkpoint: str | None = None
     overwrite_output_dir: bool = False
     report_to: str = "none"
+    data: str = ""
+    model_name_or_path: str = "rhythm-tiny"
+    learning_rate: float = 1e-3
     dtype: str = "auto"
     bf16: str = "auto"
     gradient_checkpointing: str = "auto"
@@ -41,16 +45,21 @@ def test_resume_takes_the_newest_checkpoint_written_whole(tmp_path: Path) -> Non
     _checkpoint(tmp_path, 12, whole=False)
     (tmp_path / "checkpoint-x").mkdir()
     assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-10" and checkpoint_step(tmp_path / "checkpoint-10") == 10
-    out, resume, _ = prepare_run(Run(str(tmp_path), max_steps=20, resume_from_checkpoint="latest"), quiet=True)
+    out, resume, _ = prepare_run(Run(str(tmp_path), max_steps=20, resume_from_checkpoint="latest"), "sft", quiet=True)
     assert resume == str(tmp_path / "checkpoint-10")
 
 
 def test_a_finished_run_is_not_resumed_past_its_max_steps(tmp_path: Path) -> None:
-    """transformers would train one step more and overwrite the finished model."""
+    """transformers would train one step more and overwrite the finished model. A run stopped after its last
+    checkpoint, before its summary, resumes (to save and report without a step: test_sft_train)."""
     _checkpoint(tmp_path, 4)
+    assert prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
+    (tmp_path / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 2}))  # an earlier leg's
+    assert prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
+    (tmp_path / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 4}))
     with pytest.raises(RhythmError, match=r"checkpoint-4 is at step 4, the run's max_steps=4: it finished; raise max_steps"):
-        prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), quiet=True)
-    assert prepare_run(Run(str(tmp_path), max_steps=6, resume_from_checkpoint="latest"), quiet=True)[1].endswith("checkpoint-4")
+        prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)
+    assert prepare_run(Run(str(tmp_path), max_steps=6, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
 
 
 def test_overwriting_a_run_leaves_nothing_of_it(tmp_path: Path) -> None:
@@ -60,13 +69,13 @@ def test_overwriting_a_run_leaves_nothing_of_it(tmp_path: Path) -> None:
     for name in ("adapter_config.json", "adapter_model.safetensors", "training_log.jsonl", "student_rollouts.jsonl"):
         (run / name).write_bytes(b"{}")
     with pytest.raises(RhythmError, match="already holds a run"):
-        prepare_run(Run(str(run)), quiet=True)
+        prepare_run(Run(str(run)), "sft", quiet=True)
     assert len(list(run.iterdir())) == 5
-    prepare_run(Run(str(run), overwrite_output_dir=True), quiet=True)
+    prepare_run(Run(str(run), overwrite_output_dir=True), "sft", quiet=True)
     assert list(run.iterdir()) == []
     (tmp_path / "mine").mkdir()  # a folder that holds no run keeps what it holds
     (tmp_path / "mine" / "notes.txt").write_text("x")
-    prepare_run(Run(str(tmp_path / "mine"), overwrite_output_dir=True), quiet=True)
+    prepare_run(Run(str(tmp_path / "mine"), overwrite_output_dir=True), "sft", quiet=True)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
 
 
@@ -84,3 +93,49 @@ def test_report_to_names_an_installed_tracker(report_to: str, message: str) -> N
     check_report_to("")
     with pytest.raises(RhythmError, match=message.replace("(", r"\(")):
         check_report_to(report_to)
+
+
+def test_a_resume_with_other_settings_than_the_runs_is_refused_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume may train longer, log, save and push otherwise; other data, learning rate or model would train a run
+    no config describes (the scheduler and data order come from the checkpoint, the config file from the flags)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jsonl").write_text("")
+    _checkpoint(tmp_path / "run", 2)
+    write_config(Run("run", data="t.jsonl"), tmp_path / "run" / "sft_config.yaml", extra={"command": "rhythm sft"})
+    same = [Run("run", resume_from_checkpoint="latest", data=str(tmp_path / "t.jsonl")),  # the same file
+            Run("run", resume_from_checkpoint="latest", data="t.jsonl", max_steps=8, report_to="none")]
+    for cfg in same:
+        assert prepare_run(cfg, "sft", quiet=True)[1].endswith("checkpoint-2")
+    (tmp_path / "u.jsonl").write_text("")
+    for change, named in [({"learning_rate": 0.1}, "learning_rate: 0.001 -> 0.1"),
+                          ({"data": "u.jsonl"}, f"data: {tmp_path / 't.jsonl'} -> {tmp_path / 'u.jsonl'}"),
+                          ({"model_name_or_path": "other"}, "model_name_or_path: rhythm-tiny -> other")]:
+        cfg = Run("run", resume_from_checkpoint="latest", **{"data": "t.jsonl", **change})
+        with pytest.raises(RhythmError, match=rf"run was trained with other settings \({named}\); resuming would"):
+            prepare_run(cfg, "sft", quiet=True)
+    (tmp_path / "run" / "sft_config.yaml").unlink()  # a run that wrote none: nothing to hold it to
+    assert prepare_run(Run("run", resume_from_checkpoint="latest", learning_rate=0.1), "sft", quiet=True)[1]
+
+
+def test_overwriting_refuses_to_delete_the_runs_own_inputs(tmp_path: Path) -> None:
+    """``overwrite_output_dir`` empties the folder before the model is read: a model trained on in place, or data kept
+    in the run's folder, would be gone before the run could fail on it."""
+    run = tmp_path / "run"
+    _checkpoint(run, 2)
+    (run / "teacher.jsonl").write_text("{}\n")
+    for inputs in ({"model_name_or_path": str(run)}, {"data": f"{tmp_path / 'x.jsonl'},{run / 'teacher.jsonl'}"}):
+        with pytest.raises(RhythmError, match=r"overwrite_output_dir would delete .*, an input of this run inside output_dir"):
+            check_inputs_outside(Run(str(run), overwrite_output_dir=True, **inputs))
+    check_inputs_outside(Run(str(run), overwrite_output_dir=True, data=str(tmp_path / "x.jsonl"), model_name_or_path="rhythm-tiny"))
+    assert (run / "teacher.jsonl").exists() and (run / "checkpoint-2").exists()
+
+
+def test_stdin_data_is_refused_under_a_launcher_of_several_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each process would read part of one stream (a false 'not valid JSON' on both ranks)."""
+    from rhythm.train.sft import SFTRunConfig, validate
+
+    cfg = SFTRunConfig(data="-", output_dir=str(tmp_path / "out"))
+    validate(cfg)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RhythmError, match=r"data=- \(stdin\) under a launcher of 2 processes"):
+        validate(cfg)

@@ -129,6 +129,34 @@ def test_parse_failures_drop_the_whole_week_and_are_counted(tmp_path, episodes):
     assert kept["messages"][2 * 3 + 2]["content"] == "I would rather not say."  # kept as written, in its place
 
 
+def test_strip_reasoning_drops_a_week_whose_reply_has_no_belief_line(tmp_path, episodes):
+    """The stripped reply would be its ACTION line alone, teaching the student to leave its belief out."""
+    from rhythm.train.data import NO_BELIEF
+
+    _, _, records, _ = episodes
+    bad = orjson.loads(orjson.dumps(records[0]))
+    bad["steps"][3]["response"] = f"Hard to tell yet.\nBELIEF: unsure\nACTION: {bad['steps'][3]['action']}"
+    assert parse_reply(bad["steps"][3]["response"]).belief is None and parse_reply(bad["steps"][3]["response"]).ok
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (bad, records[1])))
+    rows, report = build_examples(str(path), DataOptions(val_fraction=0.0, strip_reasoning=True))
+    assert [r["seed"] for r in rows["train"]] == [records[1]["seed"]]
+    assert report.dropped_episodes == {NO_BELIEF: 1} and report.dropped_steps == {NO_BELIEF: 28}
+    rows, report = build_examples(str(path), DataOptions(val_fraction=0.0))  # as written: the teacher's own text
+    assert len(rows["train"]) == 2 and report.dropped_episodes == {}
+
+
+def test_eval_split_weeks_are_refused_as_training_data(tmp_path, episodes):
+    """Eval's people stay unseen by construction: a week of one in the data names its line, before any training."""
+    _, _, records, _ = episodes
+    leaked = orjson.loads(orjson.dumps(records[1]))
+    leaked["split"] = "eval"
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (records[0], leaked)))
+    with pytest.raises(RhythmError, match=r"x\.jsonl:2: a week of an eval-split person \(in-dist/eval/1\); training on it"):
+        build_examples(str(path), DataOptions())
+
+
 def test_reads_stdin(monkeypatch, episodes):
     bayes, _, _, _ = episodes
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bayes.read_bytes())))
@@ -275,6 +303,8 @@ def test_weeks_over_max_length_are_dropped_and_counted_never_cut(episodes, tiny_
     assert all(len(e["input_ids"]) <= cut for split in kept.values() for e in split)  # kept weeks are whole
     n_kept = sum(len(v) for v in kept.values())
     assert report.dropped_episodes[TOO_LONG] == len(lengths) - n_kept == sum(n > cut for n in lengths)
+    assert report.dropped_steps[TOO_LONG] == 28 * report.dropped_episodes[TOO_LONG]  # whole weeks, each step counted
+    assert report.episodes_kept == len({e["episode"] for split in kept.values() for e in split})
     assert report.train_examples == len(kept["train"]) and report.max_tokens == lengths[-1]
     with pytest.raises(RhythmError, match="every training week is longer than max_length=10 tokens"):
         tokenize_examples(rows, tok, 10, DataReport())

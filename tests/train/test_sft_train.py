@@ -63,6 +63,8 @@ def test_training_lowers_the_loss(sft_run):
     assert s["eval_loss_last"] < s["eval_loss_first"] - 1.0, (s["eval_loss_first"], s["eval_loss_last"])
     assert s["data"]["train_episodes"] == 5 and s["data"]["validation_episodes"] == 1
     assert s["resolved"]["bf16"] is False and s["resolved"]["device"] == "cpu"
+    assert s["resolved"]["world_size"] == 1 and s["resolved"]["effective_batch_size"] == 2  # 2 a device x 1 x 1
+    assert s["eval_reply_loss_last"] == pytest.approx(s["eval_loss_last"], rel=1e-5)  # assistant-only: the same tokens
 
 
 def test_training_log_is_log_history_with_stage(sft_run):
@@ -175,6 +177,27 @@ def test_resume_continues_from_the_checkpoint(sft_run, tmp_path):
     assert summary["resumed_from_step"] == 30 and summary["train_tokens"] == max(after)
 
 
+def test_a_run_stopped_after_its_last_checkpoint_finishes_on_resume_without_a_step(sft_run, tmp_path):
+    """Killed between its checkpoint at max_steps and its final save, a run resumes to save and report: the model is
+    the checkpoint's, no step is trained (transformers' train() would take one more), and a finished run stays
+    refused. Another learning rate on resume is refused, named."""
+    out, first = sft_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    for name in ("model.safetensors", "sft_summary.json", "README.md"):
+        (copy / name).unlink()
+    cfg = SFTRunConfig(**TINY, data=str(out.parent / "teacher.jsonl"), output_dir=str(copy), resume_from_checkpoint="latest")
+    with pytest.raises(RhythmError, match=r"was trained with other settings \(learning_rate: 0.001 -> 0.1\)"):
+        run_sft(dataclasses.replace(cfg, learning_rate=0.1), quiet=True, log=lambda m: None)
+    summary = run_sft(cfg, quiet=True, log=lambda m: None)
+    assert summary["global_step"] == first["global_step"] == 30 and summary["resumed_from_step"] == 30
+    assert (copy / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    assert summary["eval_loss_last"] == first["eval_loss_last"] and summary["train_loss_mean"] is None
+    assert [e["step"] for e in read_training_log(copy / LOG_NAME) if "loss" in e][-1] == 30
+    with pytest.raises(RhythmError, match="checkpoint-30 is at step 30, the run's max_steps=30: it finished"):
+        run_sft(cfg, quiet=True, log=lambda m: None)
+
+
 def _masked_batch(tmp_path, tiny_student, data, chat_template: str | None):
     """First training batch as the trainer builds it, for a student whose chat template is ``chat_template``."""
     model = tiny_student
@@ -262,6 +285,7 @@ def test_distributed_run_shards_data_and_writes_once(tmp_path, tiny_student, rhy
     summary = orjson.loads(line)
     # 4 whole weeks, 2 per process, 2 processes: 1 step per epoch (one process alone would need 2)
     assert summary["global_step"] == 2 and abs(summary["epochs"] - 2.0) < 1e-9
+    assert summary["resolved"]["world_size"] == 2 and summary["resolved"]["effective_batch_size"] == 4  # recorded
     steps = [e["step"] for e in read_training_log(out / LOG_NAME) if "loss" in e]
     assert steps == [1, 2]
     assert (out / "model.safetensors").exists() and (out / "checkpoint-2").is_dir()
@@ -299,6 +323,11 @@ def test_the_trainers_loss_is_cross_entropy_weighted_by_observation_and_echo_los
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
     assert torch.allclose(loss, (nll * w).sum() / (w > 0).sum(), atol=1e-5)
     loss.backward()
+    # the reply-only metrics beside it: the replies' mean cross-entropy and top-1 accuracy, whatever the weights
+    metrics = run.trainer._metrics["train"]
+    assert metrics["reply_loss"][-1] == pytest.approx((nll * reply).sum().item() / reply.sum().item(), abs=1e-5)
+    top1 = (logits.argmax(-1) == target) & reply
+    assert metrics["reply_token_accuracy"][-1] == pytest.approx(top1.sum().item() / reply.sum().item(), abs=1e-6)
 
 
 def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tmp_path):

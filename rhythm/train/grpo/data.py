@@ -45,7 +45,7 @@ from rhythm.agents.model import ModelAgent
 from rhythm.env.constants import ACTION_INDEX, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
-from rhythm.records import check_episode, read_episodes
+from rhythm.records import check_episode, check_trainable, read_episodes
 from rhythm.seeds import parse_seeds
 from rhythm.train.common import data_paths
 from rhythm.train.grpo.config import GRPORunConfig, has_rollouts, turns_per_week
@@ -193,7 +193,10 @@ def read_data(paths: str | Sequence[str]) -> Read:
     paths = [paths] if isinstance(paths, str) else list(paths)
     if sum(1 for p in paths if str(p) == "-") > 1:
         raise RhythmError("stdin (-) can be read only once")
-    return [pair for path in paths for pair in read_episodes(path)]
+    read = [pair for path in paths for pair in read_episodes(path)]
+    for where, record in read:
+        check_trainable(record, where)
+    return read
 
 
 def build_prompts(

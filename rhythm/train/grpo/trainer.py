@@ -60,6 +60,7 @@ from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, lo
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     LOG_NAME,
+    batch_sizes,
     checkpoint_step,
     cleaned_on_failure,
     data_paths,
@@ -68,7 +69,9 @@ from rhythm.train.common import (
     prepare_run,
     quiet_trainer,
     series,
+    train_or_finish,
     trainer_args,
+    world_size,
     write_run_start,
     write_summary,
 )
@@ -156,11 +159,6 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     return model, tokenizer, source
 
 
-def world_size() -> int:
-    """The processes a distributed launcher started (``torchrun`` / ``accelerate`` set ``WORLD_SIZE``); 1 alone."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = False):
     """The TRL ``GRPOConfig`` of a run (episode mode: batch sizes derived, no dataset shuffle)."""
     from trl import GRPOConfig
@@ -223,7 +221,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if not has_rollouts(cfg):
         rows, report = build_rows(cfg, read=read)
     cfg = start_from_full_weights(cfg, say)
-    out, resume, resolved = prepare_run(cfg, quiet)
+    out, resume, resolved = prepare_run(cfg, "grpo", quiet)
 
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -275,6 +273,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
                    *(callbacks or [])],
         rollout_func=rollout,
     )
+    resolved.update(batch_sizes(trainer.args))
     # The starting policy, recorded before train() loads a checkpoint: a resumed run's probe and anchor measure
     # against the model the run started from, as an uninterrupted run's do, and its anchor draws the states next.
     for start in (probe, anchor.pool if anchor else None):
@@ -370,7 +369,7 @@ def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str
                   "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps}
     if main:
         write_run_start(run, "grpo", REPORT_NAME, "prompts", say, source=run.source, trl=generation)
-    trainer.train(resume_from_checkpoint=run.resume)
+    train_or_finish(trainer, run.resume)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if "ref" in getattr(model, "peft_config", {}):  # TRL's frozen copy of the starting adapter (beta > 0)
         model.delete_adapter("ref")
