@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -31,6 +32,16 @@ def best_rate(fn: Callable[[], int], seconds: float = 3.0, repeats: int = 3) -> 
             done += fn()
         best = max(best, done / (time.perf_counter() - start))
     return best
+
+
+def bench_args(doc: str, *flags: tuple[str, str]) -> argparse.Namespace:
+    """A benchmark's flags (``--check``: exit 1 on a missed target; ``flags``: more ``(--name, help)`` switches),
+    parsed so that ``--help`` or a mistyped flag stops before any work."""
+    parser = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    for flag, text in flags:
+        parser.add_argument(flag, action="store_true", help=text)
+    return parser.parse_args()
 
 
 def report(name: str, results: dict, targets: dict | None = None) -> None:

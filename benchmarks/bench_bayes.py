@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import pin_one_core, report  # noqa: E402
+from _common import bench_args, pin_one_core, report  # noqa: E402
 
 
 def one_core_rates() -> dict:
@@ -51,7 +51,7 @@ def generate_wall_time() -> float:
 
 
 def main() -> None:
-    skip = "--skip-generate" in sys.argv
+    skip = bench_args(__doc__, ("--skip-generate", "time one core only, not rhythm generate")).skip_generate
     gen = None if skip else round(generate_wall_time(), 1)  # before pinning this process to one core
     pinned = pin_one_core()
     results = {**one_core_rates(), "pinning": pinned}

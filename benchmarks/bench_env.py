@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_rate, pin_one_core, report  # noqa: E402
+from _common import bench_args, best_rate, pin_one_core, report  # noqa: E402
 
 pinned = pin_one_core()
 
@@ -22,6 +22,7 @@ N = 4096
 
 
 def main() -> None:
+    bench_args(__doc__)
     env = RhythmEnv()
     actions = [(7 * t) % 10 for t in range(EPISODE_STEPS)]
     state = {"seed": 0}

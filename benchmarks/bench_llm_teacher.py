@@ -19,12 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from _common import report  # noqa: E402
+from _common import bench_args, report  # noqa: E402
 
 EPISODES, STEPS, CONCURRENCY, LATENCY = 6, 28, 3, 0.2
 
 
 def main() -> None:
+    bench_args(__doc__)
     for name in ("OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
         os.environ.pop(name, None)
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"

@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/student_grid.sh ROW [ROW...]      # rows: see `case` below; runs them in parallel
 #   WORK=/tmp/grid bash benchmarks/student_grid.sh Q   # where data, models and results go
+#   PYTHON=.venv/bin/python RHYTHM=.venv/bin/rhythm bash benchmarks/student_grid.sh Q   # without the venv on PATH
 #
 # The rows were run on one GPU (an H100, all rows of one group side by side: minutes); on 2 CPU cores a
 # quickstart-sized row takes ~10-20 minutes and sft-small's row G about two hours. Results print one line
@@ -14,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/rhythm-grid}
 R=${RHYTHM:-rhythm}
+PY=${PYTHON:-python}
 mkdir -p "$WORK"/m "$WORK"/r "$WORK"/e
 
 data() {  # N weeks of the bayes teacher, in-dist, train split: $WORK/tN.jsonl
@@ -21,7 +23,7 @@ data() {  # N weeks of the bayes teacher, in-dist, train split: $WORK/tN.jsonl
 }
 
 model() {  # tiny students outside the named ones: base = 4 layers without numeric init, h64 = hidden 64
-  python - "$WORK/m" <<'PY'
+  $PY - "$WORK/m" <<'PY'
 import sys
 from pathlib import Path
 from rhythm.agents.tiny import protocol_corpus
@@ -46,7 +48,7 @@ stage2() {  # NAME STEPS [--set key=value ...]: whole weeks (batch 8, lr 1e-3) f
 ev() {  # NAME [CONDITION]: free play on train-split seeds 100000-100099
   $R eval --agent "model:$WORK/r/$1" --split train --seeds 100000-100099 --condition "${2:-in-dist}" --quiet \
     -o "$WORK/e/$1/eval_results_v2.json" --set 'references=[heuristic,bayes]' --set model.max_new_tokens=16 > "$WORK/e/$1.log" 2>&1
-  python - "$1" "$WORK/e/$1/eval_results_v2.json" <<'PY'
+  $PY - "$1" "$WORK/e/$1/eval_results_v2.json" <<'PY'
 import json, sys
 name, path = sys.argv[1], sys.argv[2]
 for cond, d in json.load(open(path))["conditions"].items():
@@ -114,7 +116,16 @@ row() {
   esac
 }
 
+ROWS=" A B C D E F H R P1 P2 P3 S Q Q60 Q120 Q180 QG1 QG3 O OBS10 OBS30 OBS100 ECHO G W "
+for r in "$@"; do  # before any data is made
+  [[ "$ROWS" == *" $r "* ]] || { echo "unknown row $r (rows:$ROWS)" >&2; exit 2; }
+done
 data 4800
 model
-for r in "$@"; do row "$r" & done
-wait
+pids=()
+for r in "$@"; do row "$r" & pids+=($!); done
+failed=0
+for i in "${!pids[@]}"; do  # each row's exit status: one that fails fails the grid (its log is in $WORK/r, $WORK/e)
+  wait "${pids[$i]}" || { echo "row ${*:$((i + 1)):1} failed" >&2; failed=1; }
+done
+exit "$failed"

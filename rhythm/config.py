@@ -77,7 +77,9 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
                 raise RhythmError(f"{where}: {head!r} takes a mapping of {hint.__name__} fields, got {value!r}")
             out[head] = hint(**_apply(hint, sub_base, update, where))
             continue
-        if rest:
+        if rest and (typing.get_origin(hint) or hint) is dict:  # a mapping field (a stage's overrides): one key of it
+            value = {**(out.get(head) or {}), rest: value}
+        elif rest:
             raise RhythmError(f"{where}: {head!r} has no sub-keys (got {raw_key!r})")
         if isinstance(value, int) and not isinstance(value, bool) and _takes_text(hint):
             value = str(value)  # seeds: 7 (YAML and --set read a lone seed as a number)

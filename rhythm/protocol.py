@@ -60,7 +60,7 @@ FORMAT_REMINDER: Final[str] = (
 _DECORATION = re.compile(r"[*`#>|~]+|(?<![A-Za-z])_+|_+(?![A-Za-z])")
 _ACTION_LINE = re.compile(r"\baction\s*[:=]\s*(.*)", re.IGNORECASE)
 _BELIEF_LINE = re.compile(r"\bbelief\s*[:=]?\s*(.*)", re.IGNORECASE)
-_BELIEF_ITEM = re.compile(r"\b([smw])\s*[:=]\s*(\d*\.?\d+)", re.IGNORECASE)
+_BELIEF_ITEM = re.compile(r"\b([smw])\s*[:=]\s*([+-]?\d*\.?\d+)", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[\s\-]+")
 _ACTIONS_LONGEST_FIRST = sorted(ACTIONS, key=len, reverse=True)
 
@@ -151,8 +151,8 @@ def _match_belief(raw: str) -> tuple[float, float, float] | None:
             v = float(value)
         except ValueError:  # pragma: no cover - the pattern only admits numbers
             continue
-        if math.isfinite(v):
-            found[key.upper()] = min(1.0, max(0.0, v))
+        if math.isfinite(v):  # clipped into [0, 1] on either side; the first value of each dimension counts
+            found.setdefault(key.upper(), min(1.0, max(0.0, v)))
     if all(d in found for d in BELIEF_DIMS):
         return (found["S"], found["M"], found["W"])
     return None

@@ -46,6 +46,27 @@ def test_layers_defaults_yaml_then_cli(tmp_path: Path) -> None:
     assert load_config(Outer, path, {"name": None}).name == "from-yaml"  # None = not given
 
 
+@dataclass(frozen=True)
+class Stages:
+    sft: dict = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=lambda: {"a": 1, "b": 2})
+    limit: int | None = None
+
+
+def test_a_dotted_key_sets_one_key_of_a_mapping_field(tmp_path: Path) -> None:
+    """A quickstart stage's overrides are a mapping: ``--set sft.max_steps=2`` adds one key to what the file gives,
+    ``sft={...}`` replaces it whole; a plain field still has no sub-keys."""
+    path = tmp_path / "c.yaml"
+    path.write_text("sft:\n  learning_rate: 0.001\n")
+    cfg = load_config(Stages, path, ["sft.max_steps=2", "sft.jobs.flavor=cpu-basic", "sizes.b=5"])
+    assert cfg.sft == {"learning_rate": 0.001, "max_steps": 2, "jobs.flavor": "cpu-basic"} and cfg.sizes == {"a": 1, "b": 5}
+    assert load_config(Stages, path, ["sft={max_steps: 2}"]).sft == {"max_steps": 2}
+    with pytest.raises(RhythmError, match="sizes.b="):
+        load_config(Stages, path, ["sizes.b=x"])
+    with pytest.raises(RhythmError, match="'limit' has no sub-keys"):
+        load_config(Stages, path, ["limit.x=1"])
+
+
 def test_key_null_on_the_command_line_sets_none(tmp_path: Path) -> None:
     """``--set limit=null`` overrides a value from the YAML, also merged with options not given."""
     from rhythm.cli.options import overrides

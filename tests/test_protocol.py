@@ -36,6 +36,8 @@ def act(name: str) -> int:
         ("ACTION: SOCIALIZE\nACTION: PARTY_HARD", "SOCIALIZE", None),  # last *valid* wins
         ("BELIEF: S=0.1 M=0.2 W=0.3\nBELIEF: S=0.9 M=0.8\nACTION: MEDITATE", "MEDITATE", (0.1, 0.2, 0.3)),
         ("BELIEF: S=1.7 M=.5 W=0\nACTION=LEISURE", "LEISURE", (1.0, 0.5, 0.0)),
+        ("BELIEF: S=-0.2 M=0.70 W=+0.55\nACTION: SLEEP", "SLEEP", (0.0, 0.7, 0.55)),  # clipped below as above 1
+        ("BELIEF: S=0.30 M=0.70 W=0.55 (was M=0.60)\nACTION: NAP", "NAP", (0.3, 0.7, 0.55)),  # a line's first value
         ("### Action: Exercise.", "EXERCISE", None),
         ("> ACTION:   admin  ", "ADMIN", None),
     ],

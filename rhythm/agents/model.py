@@ -22,7 +22,7 @@ from rhythm.agents.base import BatchObservation, Decision, EpisodeSpec
 from rhythm.agents.tiny import resolve_base
 from rhythm.errors import RhythmError
 from rhythm.model.load import ModelOptions, load_model, stop_token_ids
-from rhythm.model.lockstep import LockstepChat
+from rhythm.model.lockstep import LockstepChat, check_appends
 from rhythm.protocol import parse_reply
 
 
@@ -51,6 +51,7 @@ class ModelAgent:
         self.name = f"model:{path}"
         self.model, self.tokenizer, self.source = load_model(path, self.options, resolve=resolve_base)
         self.stop_ids = stop_token_ids(self.model, self.tokenizer)
+        check_appends(self.tokenizer)  # before any week is played
         self.episodes: list[EpisodeSpec] = []
         self.engines: list[Any] = []
 

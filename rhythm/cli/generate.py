@@ -10,7 +10,7 @@ from rhythm.cli.options import ConditionOpt, ConfigOpt, QuietOpt, ResumeOpt, See
 
 
 def generate_command(
-    teacher: Annotated[Optional[str], typer.Option("--teacher", help="bayes (default) | oracle | planner | openai | azure | an installed rhythm.agents entry point")] = None,
+    teacher: Annotated[Optional[str], typer.Option("--teacher", help="bayes (default) | oracle | planner | heuristic | random | openai | azure | an installed rhythm.agents entry point")] = None,
     seeds: SeedsOpt = None,
     condition: ConditionOpt = None,
     split: Annotated[Optional[str], typer.Option("--split", help="train (default) or eval.")] = None,

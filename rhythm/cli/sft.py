@@ -44,6 +44,13 @@ def sft_command(
 
 def _line(summary: dict) -> str:
     eval_loss = summary["eval_loss_last"]
-    return (f"sft: {summary['global_step']} steps, train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
+    first, last = summary.get("train_loss_steps") or (None, None)
+    if first is None:
+        trained = "train loss not logged"
+    elif first == last:  # one entry: a first -> last of equal numbers would read as a loss that never moved
+        trained = f"train loss {summary['train_loss_last']:.3f} (logged at step {last} only: see logging_steps)"
+    else:
+        trained = f"train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
+    return (f"sft: {summary['global_step']} steps, {trained}"
             + (f", validation loss {summary['eval_loss_first']:.3f} -> {eval_loss:.3f}" if eval_loss is not None else "")
             + f", {summary['seconds']:.0f} s -> {summary['output_dir']}")

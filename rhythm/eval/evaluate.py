@@ -25,7 +25,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
-from rhythm.agents.tiny import resolve_model
+from rhythm.agents.tiny import resolve_base, resolve_model
 from rhythm.config import change_since, config_dict, config_hash, write_config
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.errors import RhythmError
@@ -35,7 +35,7 @@ from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step, prior_mae_beside, true_belief
 from rhythm.locking import output_lock
 from rhythm.model.llm_client import SENDING, LLMConfig
-from rhythm.model.load import ModelOptions, weights_digest
+from rhythm.model.load import ModelOptions, adapter_config, weights_digest
 from rhythm.provenance import made_by, versions
 from rhythm.records import (
     EpisodeRecord,
@@ -243,8 +243,28 @@ def play_batch_size(cfg: EvalConfig, name: str) -> int | None:
 
 
 def model_weights(cfg: EvalConfig, names: list[str]) -> dict[str, str | None]:
-    """The weights digest (:func:`rhythm.model.load.weights_digest`) of each ``model:`` agent among ``names``."""
-    return {name: weights_digest(resolve_model(name.partition(":")[2])) for name in names if name.startswith("model:")}
+    """The weights digest (:func:`rhythm.model.load.weights_digest`) of each ``model:`` agent among ``names``; a local
+    LoRA adapter's is ``ADAPTER+BASE``, its base's digest (or, from the Hub, its name) after it, so an adapter on a
+    changed base never passes for the old one."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        if name.startswith("model:"):
+            path = resolve_model(name.partition(":")[2])
+            digest = weights_digest(path)
+            adapter = adapter_config(path) if digest is not None else None
+            if adapter is not None:
+                base = resolve_base(cfg.model.base_model or adapter.get("base_model_name_or_path") or "")
+                digest = f"{digest}+{weights_digest(base) or base}"
+            out[name] = digest
+    return out
+
+
+def whole_batches(kept: dict[int, EpisodeRecord], seeds: list[int], size: int) -> dict[int, EpisodeRecord]:
+    """The weeks of ``kept`` whose whole batch (``seeds`` in order, ``size`` a batch) was played: a run killed while
+    writing a batch replays it whole, so a sampled reply, drawn for the weeks that share its batch, comes out as an
+    uninterrupted run's."""
+    batches = [seeds[i : i + size] for i in range(0, len(seeds), size)]
+    return {s: kept[s] for batch in batches if all(s in kept for s in batch) for s in batch}
 
 
 def eval_hash(cfg: EvalConfig, weights: dict[str, str | None]) -> str:
@@ -308,6 +328,8 @@ def evaluate(
             else:
                 kept = {s.seed: done[s.condition, s.split, s.seed] for s in specs
                         if name == cfg.agent and done and (s.condition, s.split, s.seed) in done}
+                if kept and name.startswith("model:"):
+                    kept = whole_batches(kept, seeds, cfg.model.batch_size)
                 todo = [s for s in specs if s.seed not in kept]
                 progress = None
                 if progress_factory is not None and todo:

@@ -106,6 +106,9 @@ def pick_dtype(requested: str, device: str) -> torch.dtype:
     return names[requested]
 
 
+HUB_HINT = "a Hub id needs the network or a copy in the HF cache, which HF_HUB_OFFLINE=1 reads without retrying"
+"""What a load that failed on a Hub id says (huggingface_hub retries an unreachable Hub for about a minute first)."""
+
 MODEL_FILES = ("config.json", "generation_config.json", ADAPTER_CONFIG, *TOKENIZER_FILES, "special_tokens_map.json",
                "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
 """What a model folder's replies depend on besides its weights (``*.safetensors``, ``*.bin`` but the trainer's
@@ -205,6 +208,9 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
     elif options.base_model:
         raise RhythmError(f"{path} is not a LoRA adapter (no {ADAPTER_CONFIG}), so model.base_model does not apply")
     tok_source = resolved if adapter is not None and _has_tokenizer(resolved) else base
+    if Path(tok_source).expanduser().is_dir() and not _has_tokenizer(tok_source):  # transformers would build an empty one
+        raise RhythmError(f"{tok_source} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}); save the model's tokenizer "
+                          "beside its weights (rhythm sft and grpo do)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(tok_source).expanduser()) if _has_tokenizer(tok_source) else tok_source)
         with no_loading_bars():
@@ -213,7 +219,7 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RhythmError(
             f"cannot load model {base!r} (from model:{path}): {first} "
-            "(a Hub id needs the network or a copy in the HF cache; a local path must exist)"
+            f"({HUB_HINT}; a local path must exist)"
         ) from None
     if adapter is not None:
         model = load_adapter(model, resolved, name=path, base=base, trainable=False)

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rhythm.errors import RhythmError
+
 
 @dataclass
 class Turn:
@@ -30,6 +32,18 @@ class Turn:
     text: str
     completion_ids: list[int]
     prompt_ids: list[int]
+
+
+def check_appends(tokenizer: Any) -> None:
+    """Refuse a chat template that rewrites earlier turns when one is added (some move the system prompt into the
+    newest user turn): a week is played as one growing conversation whose cache keeps what was rendered before."""
+    turns = [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}]
+    first = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+    turns += [{"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"}]
+    if not tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False).startswith(first):
+        raise RhythmError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')!r} rewrites "
+                          "earlier turns when one is added; a model plays a week as one growing conversation, which "
+                          "needs a template that only appends")
 
 
 class LockstepChat:
@@ -52,6 +66,7 @@ class LockstepChat:
         temperature: float = 1.0,
         top_p: float = 1.0,
     ) -> None:
+        check_appends(tokenizer)
         self.model = model
         self.tokenizer = tokenizer
         self.stop_ids = sorted({int(i) for i in stop_ids})

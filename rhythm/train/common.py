@@ -377,7 +377,16 @@ def quiet_trainer(trainer: Any) -> Any:
 
 def series(history: list[dict[str, Any]], key: str) -> list[float]:
     """The finite values of ``key`` in a TRL log history, in order."""
-    return [float(e[key]) for e in history if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
+    return [float(e[key]) for e in history if _logs(e, key)]
+
+
+def series_steps(history: list[dict[str, Any]], key: str) -> list[int]:
+    """The steps at which :func:`series` found its values."""
+    return [int(e.get("step", 0)) for e in history if _logs(e, key)]
+
+
+def _logs(entry: dict[str, Any], key: str) -> bool:
+    return key in entry and isinstance(entry[key], (int, float)) and math.isfinite(entry[key])
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -30,7 +30,7 @@ import orjson
 from rhythm.agents.tiny import resolve_model
 from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
-from rhythm.model.load import looks_local
+from rhythm.model.load import HUB_HINT, looks_local
 from rhythm.train.common import (
     LOG_NAME,
     LearningRate,
@@ -45,6 +45,7 @@ from rhythm.train.common import (
     prepare_run,
     quiet_trainer,
     series,
+    series_steps,
     train_or_finish,
     trainer_args,
     write_run_start,
@@ -236,7 +237,8 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError) as err:  # ValueError: a folder that holds no model or tokenizer
-        raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]})") from None
+        hint = "" if looks_local(model_path) else f"; {HUB_HINT}"
+        raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]}{hint})") from None
     tokenized = tokenize(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
                          echo_loss=cfg.echo_loss)
     data = {name: Dataset.from_list(split) for name, split in tokenized.items() if split}
@@ -279,6 +281,7 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
     trainer.save_model(cfg.output_dir)
     history = trainer.state.log_history
     train_losses, eval_losses = series(history, "loss"), series(history, "eval_loss")
+    loss_steps = series_steps(history, "loss")
     summary: dict[str, Any] = {
         "stage": "sft",
         "output_dir": str(Path(cfg.output_dir)),
@@ -288,6 +291,7 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
         "epochs": trainer.state.epoch,
         "train_loss_first": train_losses[0] if train_losses else None,
         "train_loss_last": train_losses[-1] if train_losses else None,
+        "train_loss_steps": [loss_steps[0], loss_steps[-1]] if loss_steps else None,  # where first and last were logged
         # over the steps this run trained (after resumed_from_step; None when it trained none)
         "train_loss_mean": None if train_result is None else train_result.training_loss,
         "resumed_from_step": resumed_at,

@@ -183,8 +183,9 @@ def test_resume_without_a_partial_plays_every_week(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 def test_a_resumed_model_eval_equals_an_uninterrupted_one(tiny_student: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch, sampled: bool) -> None:
-    """The student's weeks are written batch by batch; the batches left to play are the ones an uninterrupted run
-    plays, so greedy and sampled replies alike come out the same."""
+    """The student's weeks are written batch by batch, each week as it is played; a resume keeps the whole batches
+    and plays the rest as an uninterrupted run batches them (a sampled reply is drawn for the weeks that share its
+    batch), so greedy and sampled replies alike come out the same, also after a kill inside a batch."""
     from rhythm.model.load import ModelOptions
 
     options = ModelOptions(device="cpu", batch_size=2, max_new_tokens=6, do_sample=sampled, temperature=1.0)
@@ -194,7 +195,9 @@ def test_a_resumed_model_eval_equals_an_uninterrupted_one(tiny_student: Path, tm
     _killed_after(monkeypatch, 2, cfg.agent)
     with pytest.raises(KeyboardInterrupt):
         _run_in(tmp_path / "killed", cfg)
-    assert len((tmp_path / "killed" / "r.episodes.jsonl.partial").read_bytes().splitlines()) == 4
+    partial = tmp_path / "killed" / "r.episodes.jsonl.partial"
+    assert len(partial.read_bytes().splitlines()) == 4
+    partial.write_bytes(b"".join(line + b"\n" for line in partial.read_bytes().splitlines()[:3]))  # inside batch 2
     monkeypatch.undo()
     _run_in(tmp_path / "killed", cfg, resume=True)
     assert (tmp_path / "killed" / "r.json").read_bytes() == (tmp_path / "fresh" / "r.json").read_bytes()

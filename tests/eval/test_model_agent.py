@@ -426,3 +426,57 @@ def test_the_weights_digest_covers_the_model_and_not_the_runs_records(tmp_path: 
         assert weights_digest(str(folder)) != first
         first = weights_digest(str(folder))
     assert weights_digest("Qwen/Qwen2.5-3B-Instruct") is None
+
+
+def test_an_adapters_recorded_weights_cover_its_base(tmp_path: Path) -> None:
+    """A LoRA adapter's replies depend on its base: the digest an eval records (and checks on --resume) changes with
+    a local base's weights, and names a Hub base."""
+    from rhythm.eval.evaluate import model_weights
+
+    base, adapter = tmp_path / "base", tmp_path / "adapter"
+    for folder, files in ((base, ("config.json", "model.safetensors", "tokenizer.json")),
+                          (adapter, ("adapter_model.safetensors",))):
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_bytes(b"a")
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
+    cfg = EvalConfig(agent=f"model:{adapter}")
+    first = model_weights(cfg, [cfg.agent, "bayes"])
+    assert list(first) == [cfg.agent] and first[cfg.agent] == f"{weights_digest(str(adapter))}+{weights_digest(str(base))}"
+    (base / "model.safetensors").write_bytes(b"b")  # another base under the same adapter
+    assert model_weights(cfg, [cfg.agent]) != first
+    other = tmp_path / "other"
+    shutil.copytree(base, other)
+    assert model_weights(replace(cfg, model=replace(cfg.model, base_model=str(other))), [cfg.agent]) == model_weights(cfg, [cfg.agent])
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-3B-Instruct"}))
+    assert model_weights(cfg, [cfg.agent])[cfg.agent] == f"{weights_digest(str(adapter))}+Qwen/Qwen2.5-3B-Instruct"
+    assert model_weights(EvalConfig(agent=f"model:{base}"), [f"model:{base}"]) == {f"model:{base}": weights_digest(str(base))}
+
+
+MOVES_THE_SYSTEM_PROMPT = (  # as Mistral-7B-Instruct-v0.3's template does: into the newest user turn
+    "{% set system = messages[0]['content'] if messages[0]['role'] == 'system' else '' %}{{ bos_token }}"
+    "{% for m in messages if m['role'] != 'system' %}{% if m['role'] == 'user' %}[INST] "
+    "{% if loop.last %}{{ system }}\n\n{% endif %}{{ m['content'] }}[/INST]{% else %}{{ m['content'] }}{{ eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+
+
+def test_a_model_whose_template_rewrites_earlier_turns_or_that_has_no_tokenizer_is_one_line(
+        run_cli, tiny_student: Path, tmp_path: Path) -> None:
+    """A week is one growing conversation whose cache keeps what was rendered: a template that moves earlier text
+    cannot play it, and a folder without its tokenizer would load an empty one; each is refused before any week."""
+    from rhythm.agents.model import ModelAgent
+
+    moved = tmp_path / "moved"
+    shutil.copytree(tiny_student, moved)
+    (moved / "chat_template.jinja").write_text(MOVES_THE_SYSTEM_PROMPT)
+    with pytest.raises(RhythmError, match="rewrites earlier turns when one is added"):
+        ModelAgent(str(moved), SMALL)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors", "chat_template.jinja"):
+        shutil.copy(tiny_student / name, bare / name)
+    code, _, err = run_cli("eval", "--agent", f"model:{bare}", "--seeds", "0", "--condition", "discrete",
+                           "--output", str(tmp_path / "r.json"))
+    assert code == 2 and err.strip().count("\n") == 0 and "holds no tokenizer (tokenizer_config.json or" in err
+    assert not (tmp_path / "r.episodes.jsonl.partial").exists()

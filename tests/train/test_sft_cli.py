@@ -103,3 +103,13 @@ def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teac
                                 "wait for it to finish, or pass --wait-lock to wait for it"]
     assert [p.name for p in out.iterdir()] == ["training_log.jsonl"]
     assert (out / "training_log.jsonl").read_bytes() == b'{"step": 1}\n'
+
+
+def test_the_summary_line_does_not_read_one_logged_loss_as_a_loss_that_never_moved() -> None:
+    from rhythm.cli.sft import _line
+
+    summary = {"global_step": 5, "train_loss_first": 6.949, "train_loss_last": 6.949, "train_loss_steps": [1, 1],
+               "eval_loss_last": None, "seconds": 3, "output_dir": "runs/x"}
+    assert _line(summary) == "sft: 5 steps, train loss 6.949 (logged at step 1 only: see logging_steps), 3 s -> runs/x"
+    summary.update(train_loss_last=2.5, train_loss_steps=[1, 5], eval_loss_first=7.0, eval_loss_last=3.0)
+    assert _line(summary) == "sft: 5 steps, train loss 6.949 -> 2.500, validation loss 7.000 -> 3.000, 3 s -> runs/x"

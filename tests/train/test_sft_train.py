@@ -63,6 +63,7 @@ def test_training_lowers_the_loss(sft_run):
     assert s["eval_loss_last"] < s["eval_loss_first"] - 1.0, (s["eval_loss_first"], s["eval_loss_last"])
     assert s["data"]["train_episodes"] == 5 and s["data"]["validation_episodes"] == 1
     assert s["resolved"]["bf16"] is False and s["resolved"]["device"] == "cpu"
+    assert s["train_loss_steps"] == [1, 30]  # logging_first_step, then every logging_steps
     assert s["resolved"]["world_size"] == 1 and s["resolved"]["effective_batch_size"] == 2  # 2 a device x 1 x 1
     assert s["eval_reply_loss_last"] == pytest.approx(s["eval_loss_last"], rel=1e-5)  # assistant-only: the same tokens
 
