@@ -1,16 +1,15 @@
 """What SFT and GRPO share: the config fields both runs have (:class:`TrainRunConfig`) and the steps of a TRL run
-built from them, in the order a run takes them (output folder, precision, LoRA, trainer arguments, log, the files
-written before and after training), then the ``python -m`` entry that ``accelerate launch`` and Hugging Face Jobs run.
+built from them, in the order a run takes them (checks, output folder: :mod:`rhythm.train.run_folder`, precision,
+LoRA, trainer arguments, log, the files written before and after training), then the ``python -m`` entry that
+``accelerate launch`` and Hugging Face Jobs run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import shutil
 import sys
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
@@ -18,25 +17,14 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 import orjson
 from annotated_types import Ge, Gt
 
-from rhythm.config import (
-    NonNegative,
-    Positive,
-    Share,
-    check_bounds,
-    config_dict,
-    flat_settings,
-    load_config,
-    read_recorded,
-    settings_change,
-    write_config,
-)
+from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import made_by
 from rhythm.records import check_output
 from rhythm.train.hub import model_card, push_folder
 from rhythm.train.jobs import JobsConfig, resumes
+from rhythm.train.run_folder import check_inputs_outside, claim_output_dir
 
-LOG_NAME = "training_log.jsonl"
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 Auto = Union[bool, Literal["auto"]]
@@ -127,7 +115,7 @@ def check_shared(cfg: Any) -> None:
             raise RhythmError(f"data=- (stdin) under a launcher of {world_size()} processes: each would read part of "
                               "the stream; give a file")
         if cfg.overwrite_output_dir:
-            check_inputs_outside(cfg)
+            check_inputs_outside(cfg.output_dir, [*data_paths(cfg), cfg.model_name_or_path, getattr(cfg, "adapter", None)])
 
 
 def world_size() -> int:
@@ -135,44 +123,11 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def check_inputs_outside(cfg: Any) -> None:
-    """``overwrite_output_dir`` empties ``output_dir`` before the run reads its model: an input inside it (the
-    model trained on in place, data kept beside the run) would be deleted first, so it is refused."""
-    out = Path(cfg.output_dir).expanduser().resolve()
-    inputs = [*data_paths(cfg), cfg.model_name_or_path or "", getattr(cfg, "adapter", None) or ""]
-    for name in inputs:
-        path = Path(name).expanduser()
-        if name and name != "-" and path.exists() and path.resolve().is_relative_to(out):
-            raise RhythmError(f"overwrite_output_dir would delete {name}, an input of this run inside output_dir "
-                              f"{cfg.output_dir}; write the run to another output_dir")
-
-
-RESUME_MAY_CHANGE = (
-    "max_steps", "num_train_epochs", "resume_from_checkpoint", "overwrite_output_dir", "output_dir", "logging_steps",
-    "eval_steps", "save_steps", "save_total_limit", "eval_on_start", "per_device_eval_batch_size", "log_replies",
-    "report_to", "push_to_hub", "hub_model_id", "hub_private", "jobs", "attn_implementation", "gradient_checkpointing",
-    "step.use_vllm", "step.vllm_mode", "step.vllm_gpu_memory_utilization",
-)
-"""Settings a resumed run may change: how long it trains, what it logs, evaluates and saves, where the result goes,
-how this machine computes it. The rest (data, model, optimizer, batch, seed, rewards) decides what is trained, and a
-resume that changes one would train a run that no config describes."""
-
-
 def prepare_run(cfg: Any, stage: str, quiet: bool) -> tuple[Path, str | None, dict[str, Any]]:
-    """What both stages do once their data is read: find the checkpoint to resume from (trained with these settings,
-    not finished), make ``output_dir`` (a folder holding an earlier run needs resuming or ``overwrite_output_dir``),
-    quiet the libraries and resolve the ``auto`` settings for this machine. Returns ``(output_dir, resume, resolved)``."""
-    resume = resume_path(cfg)
-    out = Path(cfg.output_dir)
-    if resume is not None:
-        check_resume(cfg, stage, Path(resume))
-    if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
-        if not cfg.overwrite_output_dir:
-            raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
-                              "pass overwrite_output_dir=true, or choose another output_dir")
-        for entry in out.iterdir():  # the last run's model, adapter and logs too: none may pass for this run's
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    """What both stages do once their data is read: claim ``output_dir`` (:func:`rhythm.train.run_folder.claim_output_dir`:
+    the checkpoint to resume from, or an empty folder), quiet the libraries and resolve the ``auto`` settings for this
+    machine. Returns ``(output_dir, resume, resolved)``."""
+    out, resume = claim_output_dir(cfg, stage)
 
     import torch
     import transformers
@@ -200,89 +155,6 @@ def check_report_to(report_to: str) -> None:
             callback()  # its constructor checks that the tracker's package is installed (and starts nothing)
     except (ValueError, RuntimeError, ImportError) as err:
         raise RhythmError(f"report_to={report_to}: {' '.join(str(err).split())}") from None
-
-
-@contextlib.contextmanager
-def cleaned_on_failure(output_dir: str | Path) -> Iterator[None]:
-    """The folders a run creates for ``output_dir`` are removed again if it fails before writing into them (a bad
-    model path leaves no empty output folder behind); anything written stays."""
-    path = Path(output_dir).absolute()
-    missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
-    try:
-        yield
-    except BaseException:
-        for folder in missing:
-            try:
-                folder.rmdir()
-            except OSError:  # not empty, or gone
-                break
-        raise
-
-
-def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
-    """Refuse to resume a run that finished (its summary is at the checkpoint's step or later), or one whose
-    ``STAGE_config.yaml`` records other settings than :data:`RESUME_MAY_CHANGE` allows."""
-    run, at = checkpoint.parent, checkpoint_step(checkpoint)
-    summary = run / f"{stage}_summary.json"
-    done = orjson.loads(summary.read_bytes()).get("global_step", -1) if summary.is_file() else -1
-    if cfg.max_steps > 0 and at >= cfg.max_steps and done >= at:
-        raise RhythmError(f"{checkpoint} is at step {at}, the run's max_steps={cfg.max_steps}: it finished; raise "
-                          "max_steps to train on")
-    found = read_recorded(run / f"{stage}_config.yaml")
-    if found is None:
-        return
-    before, now = (flat_settings(c, RESUME_MAY_CHANGE) for c in (found[0], config_dict(cfg)))
-    for settings in (before, now):  # one file, however its path was written
-        settings["data"] = ",".join(str(Path(p).expanduser().resolve()) if p != "-" else p
-                                    for p in str(settings.get("data") or "").split(",") if p.strip())
-    differs = settings_change(before, now)
-    if differs:
-        raise RhythmError(f"{run} was trained with other settings ({differs}); resuming would train a run no config "
-                          f"describes: resume with its {stage}_config.yaml's settings, or start afresh in another "
-                          "output_dir")
-
-
-def train_or_finish(trainer: Any, resume: str | None) -> Any:
-    """``trainer.train()``, resumed from ``resume``; a checkpoint already at ``max_steps`` (a run stopped after its
-    last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
-    what ``train()`` returns, or None when no step was trained."""
-    if resume is None or trainer.args.max_steps <= 0 or checkpoint_step(resume) < trainer.args.max_steps:
-        return trainer.train(resume_from_checkpoint=resume)
-    from transformers import TrainerState
-
-    trainer._load_from_checkpoint(resume)  # the weights, full or an adapter, as train() loads them
-    trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
-    return None
-
-
-def resume_path(cfg: Any) -> str | None:
-    """The checkpoint ``resume_from_checkpoint`` names (latest = the newest ``checkpoint-N``), or None."""
-    value = cfg.resume_from_checkpoint
-    if not resumes(cfg):
-        return None
-    if value is True or str(value).lower() in ("latest", "last", "true"):
-        last = latest_checkpoint(Path(cfg.output_dir))
-        if last is None:
-            raise RhythmError(f"no finished checkpoint-N folder (one with trainer_state.json) in {cfg.output_dir} "
-                              "to resume from")
-        return str(last)
-    path = Path(str(value))
-    if not (path / "trainer_state.json").is_file():
-        raise RhythmError(f"not a checkpoint folder (no trainer_state.json): {path}")
-    return str(path)
-
-
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest ``checkpoint-N`` in ``folder`` that was written whole (its ``trainer_state.json``, written last, is
-    there): a run killed while saving leaves a partial one, which resuming skips."""
-    found = [(int(p.name.rpartition("-")[2]), p) for p in folder.glob("checkpoint-*")
-             if p.is_dir() and p.name.rpartition("-")[2].isdigit() and (p / "trainer_state.json").is_file()]
-    return max(found)[1] if found else None
-
-
-def checkpoint_step(checkpoint: str | Path) -> int:
-    """The optimizer step a checkpoint was saved at (its ``trainer_state.json``)."""
-    return int(orjson.loads((Path(checkpoint) / "trainer_state.json").read_bytes()).get("global_step", 0))
 
 
 def resolve_precision(cfg: TrainRunConfig, cuda: bool) -> dict[str, Any]:

@@ -32,12 +32,10 @@ from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
 from rhythm.model.load import HUB_HINT, looks_local
 from rhythm.train.common import (
-    LOG_NAME,
     LearningRate,
     TrainRunConfig,
     batch_sizes,
     check_shared,
-    cleaned_on_failure,
     data_paths,
     entry_main,
     make_log_callback,
@@ -46,13 +44,13 @@ from rhythm.train.common import (
     quiet_trainer,
     series,
     series_steps,
-    train_or_finish,
     trainer_args,
     write_run_start,
     write_summary,
 )
 from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
 from rhythm.train.jobs import JobsConfig
+from rhythm.train.run_folder import LOG_NAME, cleaned_on_failure, train_or_finish
 
 REPORT_NAME = "data_report.json"
 

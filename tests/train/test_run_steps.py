@@ -3,6 +3,7 @@ takes, what a finished run and an overwritten folder do, the trackers a run may 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 from rhythm.config import write_config
 from rhythm.errors import RhythmError
-from rhythm.train.common import check_inputs_outside, check_report_to, checkpoint_step, latest_checkpoint, prepare_run
+from rhythm.train.common import check_report_to, prepare_run
+from rhythm.train.run_folder import checkpoint_step, latest_checkpoint
 
 
 @dataclass(frozen=True)
@@ -120,13 +122,19 @@ def test_a_resume_with_other_settings_than_the_runs_is_refused_and_named(tmp_pat
 def test_overwriting_refuses_to_delete_the_runs_own_inputs(tmp_path: Path) -> None:
     """``overwrite_output_dir`` empties the folder before the model is read: a model trained on in place, or data kept
     in the run's folder, would be gone before the run could fail on it."""
+    from rhythm.train.sft import SFTRunConfig, validate
+
     run = tmp_path / "run"
     _checkpoint(run, 2)
     (run / "teacher.jsonl").write_text("{}\n")
+    (tmp_path / "x.jsonl").write_text("{}\n")
+    fine = SFTRunConfig(data=str(tmp_path / "x.jsonl"), model_name_or_path="rhythm-tiny", output_dir=str(run),
+                        overwrite_output_dir=True)
+    validate(fine)
     for inputs in ({"model_name_or_path": str(run)}, {"data": f"{tmp_path / 'x.jsonl'},{run / 'teacher.jsonl'}"}):
         with pytest.raises(RhythmError, match=r"overwrite_output_dir would delete .*, an input of this run inside output_dir"):
-            check_inputs_outside(Run(str(run), overwrite_output_dir=True, **inputs))
-    check_inputs_outside(Run(str(run), overwrite_output_dir=True, data=str(tmp_path / "x.jsonl"), model_name_or_path="rhythm-tiny"))
+            validate(dataclasses.replace(fine, **inputs))
+        validate(dataclasses.replace(fine, **inputs, overwrite_output_dir=False))  # then nothing is deleted
     assert (run / "teacher.jsonl").exists() and (run / "checkpoint-2").exists()
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
-from rhythm.train.common import LOG_NAME
+from rhythm.train.run_folder import LOG_NAME
 from rhythm.train.sft import SFTRunConfig, build_trainer, run_sft
 
 from .helpers import read_training_log, shared_sft_run, write_episodes

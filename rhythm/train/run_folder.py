@@ -1,0 +1,143 @@
+"""A training run's output folder over its life: claimed for a new run (an earlier one resumed, or emptied with
+``overwrite_output_dir``), its checkpoints found and checked before a resume, a run stopped after its last
+checkpoint finished, and the folders a failed start created removed. ``rhythm sft`` and ``rhythm grpo`` share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rhythm.config import config_dict, flat_settings, read_recorded, settings_change
+from rhythm.errors import RhythmError
+from rhythm.train.jobs import resumes
+
+LOG_NAME = "training_log.jsonl"
+
+
+def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
+    """``output_dir`` made ready for a run of ``stage``: the checkpoint to resume from (trained with these settings,
+    not finished: :func:`check_resume`), or a folder that holds no earlier run (one that does needs resuming, or
+    ``overwrite_output_dir``, which empties it). Returns ``(output_dir, resume)``."""
+    resume = resume_path(cfg)
+    out = Path(cfg.output_dir)
+    if resume is not None:
+        check_resume(cfg, stage, Path(resume))
+    if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
+        if not cfg.overwrite_output_dir:
+            raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
+                              "pass overwrite_output_dir=true, or choose another output_dir")
+        for entry in out.iterdir():  # the last run's model, adapter and logs too: none may pass for this run's
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out, resume
+
+
+RESUME_MAY_CHANGE = (
+    "max_steps", "num_train_epochs", "resume_from_checkpoint", "overwrite_output_dir", "output_dir", "logging_steps",
+    "eval_steps", "save_steps", "save_total_limit", "eval_on_start", "per_device_eval_batch_size", "log_replies",
+    "report_to", "push_to_hub", "hub_model_id", "hub_private", "jobs", "attn_implementation", "gradient_checkpointing",
+    "step.use_vllm", "step.vllm_mode", "step.vllm_gpu_memory_utilization",
+)
+"""Settings a resumed run may change: how long it trains, what it logs, evaluates and saves, where the result goes,
+how this machine computes it. The rest (data, model, optimizer, batch, seed, rewards) decides what is trained, and a
+resume that changes one would train a run that no config describes."""
+
+
+def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
+    """Refuse to resume a run that finished (its summary is at the checkpoint's step or later), or one whose
+    ``STAGE_config.yaml`` records other settings than :data:`RESUME_MAY_CHANGE` allows."""
+    run, at = checkpoint.parent, checkpoint_step(checkpoint)
+    summary = run / f"{stage}_summary.json"
+    done = orjson.loads(summary.read_bytes()).get("global_step", -1) if summary.is_file() else -1
+    if cfg.max_steps > 0 and at >= cfg.max_steps and done >= at:
+        raise RhythmError(f"{checkpoint} is at step {at}, the run's max_steps={cfg.max_steps}: it finished; raise "
+                          "max_steps to train on")
+    found = read_recorded(run / f"{stage}_config.yaml")
+    if found is None:
+        return
+    before, now = (flat_settings(c, RESUME_MAY_CHANGE) for c in (found[0], config_dict(cfg)))
+    for settings in (before, now):  # one file, however its path was written
+        settings["data"] = ",".join(str(Path(p).expanduser().resolve()) if p != "-" else p
+                                    for p in str(settings.get("data") or "").split(",") if p.strip())
+    differs = settings_change(before, now)
+    if differs:
+        raise RhythmError(f"{run} was trained with other settings ({differs}); resuming would train a run no config "
+                          f"describes: resume with its {stage}_config.yaml's settings, or start afresh in another "
+                          "output_dir")
+
+
+def train_or_finish(trainer: Any, resume: str | None) -> Any:
+    """``trainer.train()``, resumed from ``resume``; a checkpoint already at ``max_steps`` (a run stopped after its
+    last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
+    what ``train()`` returns, or None when no step was trained."""
+    if resume is None or trainer.args.max_steps <= 0 or checkpoint_step(resume) < trainer.args.max_steps:
+        return trainer.train(resume_from_checkpoint=resume)
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(resume)  # the weights, full or an adapter, as train() loads them
+    trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    return None
+
+
+def resume_path(cfg: Any) -> str | None:
+    """The checkpoint ``resume_from_checkpoint`` names (latest = the newest ``checkpoint-N``), or None."""
+    value = cfg.resume_from_checkpoint
+    if not resumes(cfg):
+        return None
+    if value is True or str(value).lower() in ("latest", "last", "true"):
+        last = latest_checkpoint(Path(cfg.output_dir))
+        if last is None:
+            raise RhythmError(f"no finished checkpoint-N folder (one with trainer_state.json) in {cfg.output_dir} "
+                              "to resume from")
+        return str(last)
+    path = Path(str(value))
+    if not (path / "trainer_state.json").is_file():
+        raise RhythmError(f"not a checkpoint folder (no trainer_state.json): {path}")
+    return str(path)
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest ``checkpoint-N`` in ``folder`` that was written whole (its ``trainer_state.json``, written last, is
+    there): a run killed while saving leaves a partial one, which resuming skips."""
+    found = [(int(p.name.rpartition("-")[2]), p) for p in folder.glob("checkpoint-*")
+             if p.is_dir() and p.name.rpartition("-")[2].isdigit() and (p / "trainer_state.json").is_file()]
+    return max(found)[1] if found else None
+
+
+def checkpoint_step(checkpoint: str | Path) -> int:
+    """The optimizer step a checkpoint was saved at (its ``trainer_state.json``)."""
+    return int(orjson.loads((Path(checkpoint) / "trainer_state.json").read_bytes()).get("global_step", 0))
+
+
+def check_inputs_outside(output_dir: str, inputs: list[str | None]) -> None:
+    """``overwrite_output_dir`` empties ``output_dir`` before the run reads its model: an input inside it (the
+    model trained on in place, data kept beside the run) would be deleted first, so it is refused."""
+    out = Path(output_dir).expanduser().resolve()
+    for name in inputs:
+        path = Path(name or "").expanduser()
+        if name and name != "-" and path.exists() and path.resolve().is_relative_to(out):
+            raise RhythmError(f"overwrite_output_dir would delete {name}, an input of this run inside output_dir "
+                              f"{output_dir}; write the run to another output_dir")
+
+
+@contextlib.contextmanager
+def cleaned_on_failure(output_dir: str | Path) -> Iterator[None]:
+    """The folders a run creates for ``output_dir`` are removed again if it fails before writing into them (a bad
+    model path leaves no empty output folder behind); anything written stays."""
+    path = Path(output_dir).absolute()
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty, or gone
+                break
+        raise
