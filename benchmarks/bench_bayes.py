@@ -51,15 +51,15 @@ def generate_wall_time() -> float:
 
 
 def main() -> None:
-    skip = bench_args(__doc__, ("--skip-generate", "time one core only, not rhythm generate")).skip_generate
-    gen = None if skip else round(generate_wall_time(), 1)  # before pinning this process to one core
+    args = bench_args(__doc__, ("--skip-generate", "time one core only, not rhythm generate"))
+    gen = None if args.skip_generate else round(generate_wall_time(), 1)  # before pinning this process to one core
     pinned = pin_one_core()
     results = {**one_core_rates(), "pinning": pinned}
     targets = {"episodes_per_s_single": 5.0}
     if gen is not None:
         results["generate_0_999_concurrency2_s"] = gen
         results["generate_under_300s"] = gen < 300
-    report("bayes_teacher", results, targets)
+    report("bayes_teacher", results, targets, check=args.check)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ N = 4096
 
 
 def main() -> None:
-    bench_args(__doc__)
+    args = bench_args(__doc__)
     env = RhythmEnv()
     actions = [(7 * t) % 10 for t in range(EPISODE_STEPS)]
     state = {"seed": 0}
@@ -50,6 +50,7 @@ def main() -> None:
         "env",
         {"scalar_steps_per_s": round(scalar), "batched_steps_per_s_n4096": round(batched), "pinning": pinned},
         {"scalar_steps_per_s": 20_000, "batched_steps_per_s_n4096": 2_000_000},
+        check=args.check,
     )
 
 

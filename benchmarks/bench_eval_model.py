@@ -118,8 +118,8 @@ def main() -> None:
         "replies_identical": identical, "replies_differing": differing, "replies": sum(len(r) for r in replies["lockstep"]),
         "tokens_per_week": week, "lockstep_tokens_per_s": round(tokens / best["lockstep"]),
         "raw_forward_tokens_per_s": round(raw), "engine_efficiency": round(tokens / best["lockstep"] / raw, 3),
-    }, {"speedup": args.min_speedup})
-    if "--check" in sys.argv and not identical:
+    }, {"speedup": args.min_speedup}, check=args.check)
+    if args.check and not identical:
         sys.exit(1)
 
 

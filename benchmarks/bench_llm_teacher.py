@@ -25,7 +25,7 @@ EPISODES, STEPS, CONCURRENCY, LATENCY = 6, 28, 3, 0.2
 
 
 def main() -> None:
-    bench_args(__doc__)
+    args = bench_args(__doc__)
     for name in ("OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
         os.environ.pop(name, None)
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
@@ -60,7 +60,7 @@ def main() -> None:
         "ideal_over_wall": round(ideal / wall, 3),
         "within_1_25x": wall <= 1.25 * ideal,
     }
-    report("llm_teacher", results, {"ideal_over_wall": 0.8})
+    report("llm_teacher", results, {"ideal_over_wall": 0.8}, check=args.check)
 
 
 if __name__ == "__main__":

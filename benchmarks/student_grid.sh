@@ -117,7 +117,7 @@ row() {
 }
 
 ROWS=" A B C D E F H R P1 P2 P3 S Q Q60 Q120 Q180 QG1 QG3 O OBS10 OBS30 OBS100 ECHO G W "
-for r in "$@"; do  # before any data is made
+for r in "$@"; do  # before any data is made (ROWS: the labels of row's case, kept in step with it)
   [[ "$ROWS" == *" $r "* ]] || { echo "unknown row $r (rows:$ROWS)" >&2; exit 2; }
 done
 data 4800

@@ -52,8 +52,8 @@ from rhythm.model.load import ModelOptions
 from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
-from rhythm.train.common import data_paths
 from rhythm.train.grpo import GRPORunConfig, run_grpo
+from rhythm.train.run_folder import data_paths
 from rhythm.train.sft import SFTRunConfig, run_sft
 
 STAMP = ".rhythm_stage.json"

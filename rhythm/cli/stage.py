@@ -26,7 +26,7 @@ def run_stage(stage: str, cls: type, validate: Callable[[Any], None], run: Calla
     from rhythm.cli.ui import err_console
     from rhythm.config import load_config
     from rhythm.locking import output_lock
-    from rhythm.train.common import data_paths
+    from rhythm.train.run_folder import data_paths
 
     given = {**given, "jobs.flavor": flavor, "resume_from_checkpoint": "latest" if resume else None,
              "hub_model_id": hub_model_id, "jobs.data_repo": data_repo, "push_to_hub": push_to_hub or None}

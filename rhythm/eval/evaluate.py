@@ -259,12 +259,14 @@ def model_weights(cfg: EvalConfig, names: list[str]) -> dict[str, str | None]:
     return out
 
 
-def whole_batches(kept: dict[int, EpisodeRecord], seeds: list[int], size: int) -> dict[int, EpisodeRecord]:
-    """The weeks of ``kept`` whose whole batch (``seeds`` in order, ``size`` a batch) was played: a run killed while
-    writing a batch replays it whole, so a sampled reply, drawn for the weeks that share its batch, comes out as an
-    uninterrupted run's."""
-    batches = [seeds[i : i + size] for i in range(0, len(seeds), size)]
-    return {s: kept[s] for batch in batches if all(s in kept for s in batch) for s in batch}
+def whole_batches(done: dict[tuple[str, str, int], EpisodeRecord], condition: str, split: str, seeds: list[int],
+                  size: int) -> dict[tuple[str, str, int], EpisodeRecord]:
+    """The weeks of ``done`` in ``condition`` whose whole batch (``seeds`` in order, ``size`` a batch) was played: a
+    run killed while writing a batch plays it again whole, so a sampled reply, drawn for the weeks that share its
+    batch, comes out as an uninterrupted run's."""
+    keys = [(condition, split, s) for s in seeds]
+    batches = [keys[i : i + size] for i in range(0, len(keys), size)]
+    return {key: done[key] for batch in batches if all(k in done for k in batch) for key in batch}
 
 
 def eval_hash(cfg: EvalConfig, weights: dict[str, str | None]) -> str:
@@ -328,8 +330,6 @@ def evaluate(
             else:
                 kept = {s.seed: done[s.condition, s.split, s.seed] for s in specs
                         if name == cfg.agent and done and (s.condition, s.split, s.seed) in done}
-                if kept and name.startswith("model:"):
-                    kept = whole_batches(kept, seeds, cfg.model.batch_size)
                 todo = [s for s in specs if s.seed not in kept]
                 progress = None
                 if progress_factory is not None and todo:
@@ -404,7 +404,8 @@ def run_eval(
 
 def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]) -> dict[tuple[str, str, int], EpisodeRecord]:
     """The agent's weeks a killed ``rhythm eval`` left in ``partial`` that this run would play, keyed by
-    (condition, split, seed), the first of each. Weeks played under other settings or ``weights`` (another
+    (condition, split, seed), the last of each (a batch a kill cut is played again, whole: :func:`whole_batches`,
+    for ``model:`` agents, whose sampled replies depend on their batch). Weeks played under other settings or ``weights`` (another
     ``config_hash``: :func:`eval_hash`; the refusal names what differs from the partial's config sidecar), another
     env or another text protocol are refused, not mixed in; blank lines are skipped and a torn last line is left
     out (the writer cuts it)."""
@@ -427,20 +428,24 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]
                               f"{obj.get('config_hash')}; this eval's is {chash}{': ' + differs if differs else ''}); "
                               f"--resume would mix them: rerun with the settings it was started with, or {start_over}")
         if episode_key(obj) in wanted:
-            done.setdefault(episode_key(obj), EpisodeRecord.from_dict(obj))
+            done[episode_key(obj)] = EpisodeRecord.from_dict(obj)
+    if cfg.agent.startswith("model:"):  # a batch the kill cut is played again whole
+        done = {key: r for condition in conditions_of(cfg.condition)
+                for key, r in whole_batches(done, condition, cfg.split, eval_seeds(cfg, condition), cfg.model.batch_size).items()}
     return done
 
 
 def _write_in_order(cfg: EvalConfig, partial: Path) -> None:
-    """Rewrite ``partial`` with each of this eval's weeks once (the first), in condition, then seed order: the file
-    an uninterrupted run writes. Blank lines and weeks this eval does not play are left out."""
+    """Rewrite ``partial`` with each of this eval's weeks once (the last written: a batch the kill cut was played
+    again), in condition, then seed order: the file an uninterrupted run writes. Blank lines and weeks this eval does
+    not play are left out."""
     rank = {key: i for i, key in enumerate(eval_weeks(cfg))}
     lines: dict[int, bytes] = {}
     for line in partial.read_bytes().splitlines():
         if line.strip():
             at = rank.get(episode_key(orjson.loads(line)))
             if at is not None:
-                lines.setdefault(at, line + b"\n")
+                lines[at] = line + b"\n"
     tmp = partial.with_name(partial.name + ".tmp")
     tmp.write_bytes(b"".join(lines[k] for k in sorted(lines)))
     os.replace(tmp, partial)

@@ -37,13 +37,19 @@ class Turn:
 def check_appends(tokenizer: Any) -> None:
     """Refuse a chat template that rewrites earlier turns when one is added (some move the system prompt into the
     newest user turn): a week is played as one growing conversation whose cache keeps what was rendered before."""
+    from jinja2 import TemplateError
+
+    name = getattr(tokenizer, "name_or_path", "this tokenizer")
     turns = [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}]
-    first = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
-    turns += [{"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"}]
-    if not tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False).startswith(first):
-        raise RhythmError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')!r} rewrites "
-                          "earlier turns when one is added; a model plays a week as one growing conversation, which "
-                          "needs a template that only appends")
+    try:
+        first = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+        turns += [{"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"}]
+        appended = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False).startswith(first)
+    except TemplateError as err:  # e.g. a template that takes no system turn, which the protocol's weeks open with
+        raise RhythmError(f"the chat template of {name!r} cannot render a week ({err})") from None
+    if not appended:
+        raise RhythmError(f"the chat template of {name!r} rewrites earlier turns when one is added; a model plays a "
+                          "week as one growing conversation, which needs a template that only appends")
 
 
 class LockstepChat:

@@ -23,7 +23,7 @@ from rhythm.provenance import made_by
 from rhythm.records import check_output
 from rhythm.train.hub import model_card, push_folder
 from rhythm.train.jobs import JobsConfig, resumes
-from rhythm.train.run_folder import check_inputs_outside, claim_output_dir
+from rhythm.train.run_folder import check_inputs_outside, claim_output_dir, data_digest, data_paths
 
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -86,11 +86,6 @@ class TrainRunConfig:
     """Create hub_model_id as a private repo when it does not exist."""
     jobs: JobsConfig = field(default_factory=JobsConfig)
     """Hugging Face Jobs settings (``jobs.flavor`` set: the stage runs there)."""
-
-
-def data_paths(cfg: TrainRunConfig) -> list[str]:
-    """The files of ``cfg.data`` (comma-separated)."""
-    return [p.strip() for p in cfg.data.split(",") if p.strip()]
 
 
 def check_shared(cfg: Any) -> None:
@@ -274,6 +269,7 @@ def write_run_start(run: Any, stage: str, report_name: str, report_key: str, say
     say(run.report.summary_line())
     write_json(out / report_name, run.report.to_dict())
     resumed = {} if run.resume is None else {"resumed_from": str(run.resume)}
+    resumed["data_digest"] = data_digest(run.cfg)  # what a resume checks the files against
     write_config(run.cfg, out / f"{stage}_config.yaml", extra={
         **made_by(stage=stage, resolved=run.resolved, **resumed, **provenance), report_key: run.report.to_dict(),
     })

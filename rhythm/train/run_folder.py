@@ -15,6 +15,7 @@ import orjson
 
 from rhythm.config import config_dict, flat_settings, read_recorded, settings_change
 from rhythm.errors import RhythmError
+from rhythm.provenance import file_digest
 from rhythm.train.jobs import resumes
 
 LOG_NAME = "training_log.jsonl"
@@ -28,7 +29,7 @@ def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
     out = Path(cfg.output_dir)
     if resume is not None:
         check_resume(cfg, stage, Path(resume))
-    if resume is None and out.is_dir() and (any(out.glob("checkpoint-*")) or (out / LOG_NAME).exists()):
+    if resume is None and holds_run(out):
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
                               "pass overwrite_output_dir=true, or choose another output_dir")
@@ -38,50 +39,93 @@ def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
     return out, resume
 
 
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run (a checkpoint or a training log): what ``overwrite_output_dir`` empties."""
+    return folder.is_dir() and (any(folder.glob("checkpoint-*")) or (folder / LOG_NAME).exists())
+
+
+def data_paths(cfg: Any) -> list[str]:
+    """The files of ``cfg.data`` (comma-separated; ``-`` is stdin)."""
+    return [p.strip() for p in str(cfg.data or "").split(",") if p.strip()]
+
+
+def data_digest(cfg: Any) -> str | None:
+    """The digest of a run's data files (:func:`rhythm.provenance.file_digest`), recorded when it starts so a resume
+    notices files changed in place; None for stdin."""
+    paths = data_paths(cfg)
+    if not paths or "-" in paths:
+        return None
+    return file_digest(Path(paths[0])) if len(paths) == 1 else ",".join(file_digest(Path(p)) for p in paths)
+
+
 RESUME_MAY_CHANGE = (
     "max_steps", "num_train_epochs", "resume_from_checkpoint", "overwrite_output_dir", "output_dir", "logging_steps",
     "eval_steps", "save_steps", "save_total_limit", "eval_on_start", "per_device_eval_batch_size", "log_replies",
-    "report_to", "push_to_hub", "hub_model_id", "hub_private", "jobs", "attn_implementation", "gradient_checkpointing",
-    "step.use_vllm", "step.vllm_mode", "step.vllm_gpu_memory_utilization",
+    "probe_states", "report_to", "push_to_hub", "hub_model_id", "hub_private", "jobs", "dtype", "bf16",
+    "attn_implementation", "gradient_checkpointing", "step.use_vllm", "step.vllm_mode", "step.vllm_gpu_memory_utilization",
 )
 """Settings a resumed run may change: how long it trains, what it logs, evaluates and saves, where the result goes,
 how this machine computes it. The rest (data, model, optimizer, batch, seed, rewards) decides what is trained, and a
 resume that changes one would train a run that no config describes."""
 
+PATH_SETTINGS = ("data", "model_name_or_path", "adapter")
+"""Settings that name files: compared as the files they name, however the path is written."""
+
 
 def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
-    """Refuse to resume a run that finished (its summary is at the checkpoint's step or later), or one whose
-    ``STAGE_config.yaml`` records other settings than :data:`RESUME_MAY_CHANGE` allows."""
+    """Refuse to resume a run that finished (its summary is at the checkpoint's step, and the run is not made
+    longer), one whose ``STAGE_config.yaml`` records other settings than :data:`RESUME_MAY_CHANGE` allows (a setting
+    that one side does not know, from another rhythm version, is not compared), or one whose data files changed."""
     run, at = checkpoint.parent, checkpoint_step(checkpoint)
+    found = read_recorded(run / f"{stage}_config.yaml")
+    settings, provenance = found if found is not None else ({}, {})
     summary = run / f"{stage}_summary.json"
     done = orjson.loads(summary.read_bytes()).get("global_step", -1) if summary.is_file() else -1
-    if cfg.max_steps > 0 and at >= cfg.max_steps and done >= at:
-        raise RhythmError(f"{checkpoint} is at step {at}, the run's max_steps={cfg.max_steps}: it finished; raise "
-                          "max_steps to train on")
-    found = read_recorded(run / f"{stage}_config.yaml")
+    length = ("max_steps", "num_train_epochs")
+    longer = cfg.max_steps > at if cfg.max_steps > 0 else any(settings.get(k, getattr(cfg, k)) != getattr(cfg, k) for k in length)
+    if done >= at and not longer:
+        raise RhythmError(f"{checkpoint} is at step {at}, where the run finished; raise max_steps (or num_train_epochs) "
+                          "to train on")
     if found is None:
         return
-    before, now = (flat_settings(c, RESUME_MAY_CHANGE) for c in (found[0], config_dict(cfg)))
-    for settings in (before, now):  # one file, however its path was written
-        settings["data"] = ",".join(str(Path(p).expanduser().resolve()) if p != "-" else p
-                                    for p in str(settings.get("data") or "").split(",") if p.strip())
-    differs = settings_change(before, now)
+    before, now = (_comparable(flat_settings(c, RESUME_MAY_CHANGE)) for c in (settings, config_dict(cfg)))
+    differs = settings_change({k: v for k, v in before.items() if k in now}, {k: v for k, v in now.items() if k in before})
+    if not differs and provenance.get("data_digest") not in (None, data_digest(cfg)):
+        differs = "the data files changed since the run started (their digest differs)"
     if differs:
         raise RhythmError(f"{run} was trained with other settings ({differs}); resuming would train a run no config "
                           f"describes: resume with its {stage}_config.yaml's settings, or start afresh in another "
                           "output_dir")
 
 
+def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with each path of :data:`PATH_SETTINGS` that exists here resolved, each item stripped."""
+    def same(item: str) -> str:
+        path = Path(item).expanduser()
+        return str(path.resolve()) if item != "-" and path.exists() else item
+
+    return {k: ",".join(same(i.strip()) for i in str(v).split(",") if i.strip()) if k in PATH_SETTINGS and v else v
+            for k, v in settings.items()}
+
+
+def planned_steps(trainer: Any) -> int:
+    """The optimizer steps the trainer's run takes in all (``max_steps``, or its epochs' steps), as transformers
+    counts them."""
+    return trainer.set_initial_training_values(trainer.args, trainer.get_train_dataloader())[-1]
+
+
 def train_or_finish(trainer: Any, resume: str | None) -> Any:
-    """``trainer.train()``, resumed from ``resume``; a checkpoint already at ``max_steps`` (a run stopped after its
-    last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
+    """``trainer.train()``, resumed from ``resume``; a checkpoint already at the run's last step (a run stopped after
+    its last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
     what ``train()`` returns, or None when no step was trained."""
-    if resume is None or trainer.args.max_steps <= 0 or checkpoint_step(resume) < trainer.args.max_steps:
+    if resume is None or checkpoint_step(resume) < planned_steps(trainer):
         return trainer.train(resume_from_checkpoint=resume)
     from transformers import TrainerState
 
     trainer._load_from_checkpoint(resume)  # the weights, full or an adapter, as train() loads them
     trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    trainer.state.is_local_process_zero = trainer.is_local_process_zero()  # the checkpoint's are rank 0's
+    trainer.state.is_world_process_zero = trainer.is_world_process_zero()
     return None
 
 
@@ -116,8 +160,10 @@ def checkpoint_step(checkpoint: str | Path) -> int:
 
 
 def check_inputs_outside(output_dir: str, inputs: list[str | None]) -> None:
-    """``overwrite_output_dir`` empties ``output_dir`` before the run reads its model: an input inside it (the
-    model trained on in place, data kept beside the run) would be deleted first, so it is refused."""
+    """``overwrite_output_dir`` empties ``output_dir`` (:func:`holds_run`) before the run reads its model: an input
+    inside it (the model trained on in place, data kept beside the run) would be deleted first, so it is refused."""
+    if not holds_run(Path(output_dir)):
+        return  # nothing is deleted
     out = Path(output_dir).expanduser().resolve()
     for name in inputs:
         path = Path(name or "").expanduser()

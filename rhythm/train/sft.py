@@ -36,7 +36,6 @@ from rhythm.train.common import (
     TrainRunConfig,
     batch_sizes,
     check_shared,
-    data_paths,
     entry_main,
     make_log_callback,
     peft_config,
@@ -50,7 +49,7 @@ from rhythm.train.common import (
 )
 from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
 from rhythm.train.jobs import JobsConfig
-from rhythm.train.run_folder import LOG_NAME, cleaned_on_failure, train_or_finish
+from rhythm.train.run_folder import LOG_NAME, cleaned_on_failure, data_paths, train_or_finish
 
 REPORT_NAME = "data_report.json"
 

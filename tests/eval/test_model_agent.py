@@ -472,6 +472,15 @@ def test_a_model_whose_template_rewrites_earlier_turns_or_that_has_no_tokenizer_
     (moved / "chat_template.jinja").write_text(MOVES_THE_SYSTEM_PROMPT)
     with pytest.raises(RhythmError, match="rewrites earlier turns when one is added"):
         ModelAgent(str(moved), SMALL)
+    from transformers import AutoTokenizer
+
+    from rhythm.model.lockstep import check_appends
+
+    tok = AutoTokenizer.from_pretrained(tiny_student)
+    check_appends(tok)  # the tiny student's own template only appends
+    tok.chat_template = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    with pytest.raises(RhythmError, match=r"cannot render a week \(System role not supported\)"):
+        check_appends(tok)
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in ("config.json", "generation_config.json", "model.safetensors", "chat_template.jinja"):

@@ -340,7 +340,7 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     run_grpo(cfg, quiet=True, log=lambda m: None)
     with pytest.raises(RhythmError, match="already holds a run"):
         run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)
-    with pytest.raises(RhythmError, match="checkpoint-2 is at step 2, the run's max_steps=2: it finished"):
+    with pytest.raises(RhythmError, match="checkpoint-2 is at step 2, where the run finished"):
         run_grpo(dataclasses.replace(cfg, resume_from_checkpoint="latest"), quiet=True, log=lambda m: None)
     stopped = tmp_path / "stopped"  # killed after its last checkpoint, before its final save: finished on resume
     shutil.copytree(tmp_path / "run", stopped)

@@ -102,6 +102,18 @@ def test_a_v1_file_is_refused_with_one_line(teacher, tmp_path):
     assert keys == [("in-dist", "train", records[0]["seed"])]
 
 
+def test_eval_split_weeks_are_refused_as_training_data(teacher, tmp_path):
+    """As rhythm sft: eval's people stay unseen, whether their weeks would be prompts (step mode) or the people the
+    student plays (episode mode)."""
+    _, records, _, _ = teacher
+    leaked = {**records[1], "split": "eval"}
+    path = tmp_path / "leaked.jsonl"
+    path.write_bytes(orjson.dumps(records[0]) + b"\n" + orjson.dumps(leaked) + b"\n")
+    for read in (build_prompts, episode_keys):
+        with pytest.raises(RhythmError, match=r"leaked\.jsonl:2: a week of an eval-split person \(in-dist/eval/1\)"):
+            read(str(path))
+
+
 def test_a_record_that_does_not_replay_is_refused(teacher, tmp_path):
     path, records, _, _ = teacher
     bad = dict(records[1])

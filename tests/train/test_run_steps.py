@@ -12,6 +12,7 @@ import pytest
 
 from rhythm.config import write_config
 from rhythm.errors import RhythmError
+from rhythm.provenance import file_digest
 from rhythm.train.common import check_report_to, prepare_run
 from rhythm.train.run_folder import checkpoint_step, latest_checkpoint
 
@@ -26,6 +27,7 @@ class Run:
     data: str = ""
     model_name_or_path: str = "rhythm-tiny"
     learning_rate: float = 1e-3
+    num_train_epochs: float = 3.0
     dtype: str = "auto"
     bf16: str = "auto"
     gradient_checkpointing: str = "auto"
@@ -59,9 +61,15 @@ def test_a_finished_run_is_not_resumed_past_its_max_steps(tmp_path: Path) -> Non
     (tmp_path / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 2}))  # an earlier leg's
     assert prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
     (tmp_path / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 4}))
-    with pytest.raises(RhythmError, match=r"checkpoint-4 is at step 4, the run's max_steps=4: it finished; raise max_steps"):
+    with pytest.raises(RhythmError, match=r"checkpoint-4 is at step 4, where the run finished; raise max_steps"):
         prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)
     assert prepare_run(Run(str(tmp_path), max_steps=6, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
+    # a run of epochs (max_steps -1) is done at its summary's step unless it is given more epochs (or steps)
+    write_config(Run(str(tmp_path), max_steps=-1), tmp_path / "sft_config.yaml")
+    with pytest.raises(RhythmError, match="where the run finished"):
+        prepare_run(Run(str(tmp_path), max_steps=-1, resume_from_checkpoint="latest"), "sft", quiet=True)
+    assert prepare_run(Run(str(tmp_path), max_steps=-1, num_train_epochs=4.0, resume_from_checkpoint="latest"), "sft",
+                       quiet=True)[1].endswith("checkpoint-4")
 
 
 def test_overwriting_a_run_leaves_nothing_of_it(tmp_path: Path) -> None:
@@ -115,6 +123,17 @@ def test_a_resume_with_other_settings_than_the_runs_is_refused_and_named(tmp_pat
         cfg = Run("run", resume_from_checkpoint="latest", **{"data": "t.jsonl", **change})
         with pytest.raises(RhythmError, match=rf"run was trained with other settings \({named}\); resuming would"):
             prepare_run(cfg, "sft", quiet=True)
+    (tmp_path / "base").mkdir()  # a path, however it is written; a key that one rhythm version does not know
+    write_config(Run("run", data="t.jsonl", model_name_or_path="base"), tmp_path / "run" / "sft_config.yaml",
+                 extra={"data_digest": file_digest(tmp_path / "t.jsonl")})
+    recorded = (tmp_path / "run" / "sft_config.yaml").read_text()
+    (tmp_path / "run" / "sft_config.yaml").write_text(recorded.replace("model_name_or_path:", "retired_knob: 3\nmodel_name_or_path:"))
+    for model in ("./base", f"{tmp_path}/base/", "base"):
+        cfg = Run("run", resume_from_checkpoint="latest", data=" t.jsonl ", model_name_or_path=model)
+        assert prepare_run(cfg, "sft", quiet=True)[1].endswith("checkpoint-2")
+    (tmp_path / "t.jsonl").write_text("{}\n")  # the same name, other weeks
+    with pytest.raises(RhythmError, match=r"other settings \(the data files changed since the run started"):
+        prepare_run(Run("run", resume_from_checkpoint="latest", data="t.jsonl", model_name_or_path="base"), "sft", quiet=True)
     (tmp_path / "run" / "sft_config.yaml").unlink()  # a run that wrote none: nothing to hold it to
     assert prepare_run(Run("run", resume_from_checkpoint="latest", learning_rate=0.1), "sft", quiet=True)[1]
 

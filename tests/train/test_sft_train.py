@@ -178,24 +178,32 @@ def test_resume_continues_from_the_checkpoint(sft_run, tmp_path):
     assert summary["resumed_from_step"] == 30 and summary["train_tokens"] == max(after)
 
 
-def test_a_run_stopped_after_its_last_checkpoint_finishes_on_resume_without_a_step(sft_run, tmp_path):
-    """Killed between its checkpoint at max_steps and its final save, a run resumes to save and report: the model is
-    the checkpoint's, no step is trained (transformers' train() would take one more), and a finished run stays
-    refused. Another learning rate on resume is refused, named."""
-    out, first = sft_run
-    copy = tmp_path / "run"
-    shutil.copytree(out, copy)
+@pytest.mark.parametrize(("steps", "epochs", "last"), [(4, 3.0, 4), (-1, 1.5, 5)], ids=["max_steps", "epochs"])
+def test_a_run_stopped_after_its_last_checkpoint_finishes_on_resume_without_a_step(tmp_path, tiny_student, steps, epochs, last):
+    """Killed between its checkpoint at the last step and its final save, a run resumes to save and report: the model
+    is the checkpoint's and no step is trained (transformers' train() takes one more when the last step ends no
+    epoch: 5 weeks at batch 2 make 3 steps an epoch), and a finished run stays refused. Another learning rate on
+    resume is refused, named."""
+    data = tmp_path / "teacher.jsonl"
+    write_episodes(data, range(6))
+    cfg = SFTRunConfig(**{**TINY, "max_steps": steps, "num_train_epochs": epochs, "save_steps": last, "eval_steps": last},
+                       data=str(data), output_dir=str(tmp_path / "whole"))
+    first = run_sft(cfg, quiet=True, log=lambda m: None)
+    assert first["global_step"] == last and (tmp_path / "whole" / f"checkpoint-{last}").is_dir()
+    copy = tmp_path / "stopped"
+    shutil.copytree(tmp_path / "whole", copy)
     for name in ("model.safetensors", "sft_summary.json", "README.md"):
         (copy / name).unlink()
-    cfg = SFTRunConfig(**TINY, data=str(out.parent / "teacher.jsonl"), output_dir=str(copy), resume_from_checkpoint="latest")
+    cfg = dataclasses.replace(cfg, output_dir=str(copy), resume_from_checkpoint="latest")
     with pytest.raises(RhythmError, match=r"was trained with other settings \(learning_rate: 0.001 -> 0.1\)"):
         run_sft(dataclasses.replace(cfg, learning_rate=0.1), quiet=True, log=lambda m: None)
     summary = run_sft(cfg, quiet=True, log=lambda m: None)
-    assert summary["global_step"] == first["global_step"] == 30 and summary["resumed_from_step"] == 30
-    assert (copy / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
-    assert summary["eval_loss_last"] == first["eval_loss_last"] and summary["train_loss_mean"] is None
-    assert [e["step"] for e in read_training_log(copy / LOG_NAME) if "loss" in e][-1] == 30
-    with pytest.raises(RhythmError, match="checkpoint-30 is at step 30, the run's max_steps=30: it finished"):
+    assert summary["global_step"] == last and summary["resumed_from_step"] == last and summary["train_loss_mean"] is None
+    assert (copy / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors").read_bytes()
+    assert summary["eval_loss_last"] == first["eval_loss_last"]
+    losses = [[e for e in read_training_log(run / LOG_NAME) if "loss" in e] for run in (copy, tmp_path / "whole")]
+    assert losses[0] == losses[1] and max(e["step"] for e in read_training_log(copy / LOG_NAME)) == last
+    with pytest.raises(RhythmError, match=f"checkpoint-{last} is at step {last}, where the run finished"):
         run_sft(cfg, quiet=True, log=lambda m: None)
 
 

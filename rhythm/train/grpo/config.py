@@ -14,9 +14,10 @@ from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import looks_local
 from rhythm.seeds import parse_seeds
-from rhythm.train.common import LearningRate, TrainRunConfig, check_shared, data_paths
+from rhythm.train.common import LearningRate, TrainRunConfig, check_shared
 from rhythm.train.grpo.rewards import REWARD_FUNCS
 from rhythm.train.jobs import JobsConfig
+from rhythm.train.run_folder import data_paths
 
 MODES = ("step", "branch", "episode")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")

@@ -47,8 +47,8 @@ from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT, format_ending, parse_reply, record_conversation
 from rhythm.records import check_episode, check_trainable, read_episodes
 from rhythm.seeds import parse_seeds
-from rhythm.train.common import data_paths
 from rhythm.train.grpo.config import GRPORunConfig, has_rollouts, turns_per_week
+from rhythm.train.run_folder import data_paths
 
 METER_TOLERANCE = 1e-6
 """How far a recorded meter may sit from its replay (records store full float64 precision)."""

@@ -60,7 +60,6 @@ from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, lo
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     batch_sizes,
-    data_paths,
     make_log_callback,
     peft_config,
     prepare_run,
@@ -86,7 +85,7 @@ from rhythm.train.grpo.data import (
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
-from rhythm.train.run_folder import LOG_NAME, checkpoint_step, cleaned_on_failure, train_or_finish
+from rhythm.train.run_folder import LOG_NAME, checkpoint_step, cleaned_on_failure, data_paths, train_or_finish
 
 REWARD_LOG_NAME = "reward_log.jsonl"
 ANCHOR_POOL = 256  # states the anchor draws from (its starting replies are computed once)
