@@ -28,12 +28,14 @@ per run directory (:mod:`rhythm.locking`): a second one on the same ``--out`` st
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from rhythm.agents.filtering import filtered_weeks
@@ -53,10 +55,12 @@ from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.grpo import GRPORunConfig, run_grpo
-from rhythm.train.run_folder import data_paths
+from rhythm.train.run_folder import data_paths, latest_checkpoint
 from rhythm.train.sft import SFTRunConfig, run_sft
 
 STAMP = ".rhythm_stage.json"
+PENDING = ".rhythm_stage.pending.json"
+"""Written before a stage runs, removed when its stamp is: a rerun with the same stamp goes on from what it wrote."""
 TUNING_SEED_OFFSET = 100_000
 """With ``eval_split: train``, students are evaluated on train-split seeds from here on (never teacher data)."""
 
@@ -183,12 +187,17 @@ def run_stage(
     fn: Callable[[], dict[str, Any] | None],
     say: Callable[[str], None],
     root: Path,
+    clears: tuple[Path, ...] = (),
 ) -> StageResult:
     """Run ``fn`` unless the stamp says the same code, env, config and inputs already produced ``outputs``;
-    ``root``: the quickstart's folder, which paths in the stamp are relative to."""
+    ``root``: the quickstart's folder, which paths in the stamp are relative to. ``clears``: what ``fn`` writes,
+    removed before it runs (refused when no stage of a quickstart made it), except after a run of the same stage
+    with the same stamp was interrupted (its pending stamp says so): ``fn`` then goes on from what that one wrote."""
     new = _stamp(config, inputs, root)
-    stamp = stamp_dir / STAMP
-    why = "running"
+    stamp, pending = stamp_dir / STAMP, stamp_dir / PENDING
+    made_before = orjson.loads(pending.read_bytes()).get("made_from") if pending.exists() else None
+    interrupted = made_before == new
+    why = "interrupted earlier, inputs unchanged: going on from what it wrote" if interrupted else "running"
     if stamp.exists():
         old = orjson.loads(stamp.read_bytes())
         missing = [str(p) for p in outputs.values() if not p.exists()]
@@ -201,14 +210,36 @@ def run_stage(
             info = {**old.get("info", {}), "made_in_s": old.get("seconds"), "made_at": old.get("created_at")}
             return StageResult(name, True, 0.0, {k: str(v) for k, v in outputs.items()}, info)
         why = f"{stale}: rerunning"
+    if not interrupted:
+        ours = stamp.exists() or pending.exists()
+        for path in (p for p in clears if p.exists() or p.is_symlink()):
+            if not ours:
+                raise RhythmError(f"{path} exists and no quickstart stage made it; move it away or give another --out")
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     say(f"[{name}] {why}")
+    stamp.unlink(missing_ok=True)
+    stamp_dir.mkdir(parents=True, exist_ok=True)
+    pending.write_bytes(orjson.dumps({"stage": name, "made_from": new, "created_at": now_iso()}))
     started = time.perf_counter()
     info = fn() or {}
     seconds = round(time.perf_counter() - started, 1)
-    stamp_dir.mkdir(parents=True, exist_ok=True)
     stamp.write_bytes(orjson.dumps({"stage": name, "made_from": new, "created_at": now_iso(), "seconds": seconds, "info": info}))
+    pending.unlink()
     say(f"[{name}] done in {seconds:.0f} s")
     return StageResult(name, False, seconds, {k: str(v) for k, v in outputs.items()}, info)
+
+
+def going_on(run_dir: Path, cfg: Any, say: Callable[[str], None]) -> Any:
+    """A training stage's config, resumed from the newest checkpoint an interrupted run of it left in ``run_dir``
+    (the same weights as an uninterrupted run: tests/train); without one, that run's folder is started afresh."""
+    last = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if last is not None:
+        say(f"resuming from {last}")
+        return replace(cfg, resume_from_checkpoint="latest")
+    for entry in run_dir.iterdir() if run_dir.is_dir() else ():  # killed before its first checkpoint: afresh
+        if entry.name != PENDING:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    return cfg
 
 
 def _eval_row(results: EvalResults) -> dict[str, dict[str, Any]]:
@@ -240,10 +271,10 @@ def summary_table(students: dict[str, dict[str, Any]]) -> str:
         for name, rows in students.items():
             r = rows[cond]
             mae = "—" if r["belief_mae"] is None else f"{r['belief_mae']:.3f} ({r['belief_mae_prior']:.3f})"
+            win = "—" if r["win_rate_vs_heuristic"] is None else f"{r['win_rate_vs_heuristic']:.2f}"  # no heuristic reference
             lines.append(
                 f"| {cond} | **{name}** | {r['final_score']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
-                f"{r['final_score_v2']:.3f} | {r['behaviour_score']:.3f} | {mae} | {r['parse_failure_rate']:.1%} | "
-                f"{r['win_rate_vs_heuristic']:.2f} |"
+                f"{r['final_score_v2']:.3f} | {r['behaviour_score']:.3f} | {mae} | {r['parse_failure_rate']:.1%} | {win} |"
             )
         for ref, v in first[cond]["references"].items():
             lines.append(f"| {cond} | {ref} | {v['final_score']:.3f} | {v['final_score_v2']:.3f} | {v['behaviour_score']:.3f} | | | |")
@@ -330,14 +361,13 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
                              output=str(data), concurrency=cfg.concurrency, resume=True)
 
     def do_generate() -> dict[str, Any]:
-        finished = out / "data" / STAMP
-        if finished.exists():  # a finished stage gone stale: its weeks are played again, not resumed (resume is for a
-            finished.unlink()  # killed run, whose weeks were made as this one's are)
-            data.unlink(missing_ok=True)
-        s = generate(gen_cfg)
-        return {"episodes": s.episodes, "skipped": s.skipped, "mean_final_score": s.mean_final_score}
+        s = generate(gen_cfg)  # resumes the weeks of an interrupted run of the same stage (any other is cleared)
+        scores = [float(r["score"]["final_score"]) for _, r in read_episodes(data)]
+        return {"episodes": len(scores), "played": s.episodes, "skipped": s.skipped,
+                "mean_final_score": float(np.mean(scores)) if scores else None}
 
-    stages.append(run_stage("generate", out / "data", replace(gen_cfg, resume=False), [], {"data": data}, do_generate, say, out))
+    how = {k: v for k, v in config_dict(gen_cfg).items() if k not in ("concurrency", "chunk", "resume")}  # not what
+    stages.append(run_stage("generate", out / "data", how, [], {"data": data}, do_generate, say, out, clears=(data,)))
 
     # 2. reeval
     reeval_out = out / "data" / "reeval.json"
@@ -356,14 +386,11 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
     # 3. SFT: stage 1 on the weeks' openings (a curriculum), stage 2 on whole weeks
     def sft_stage(name: str, run_dir: Path, run_cfg: SFTRunConfig, inputs: list[Path]) -> None:
         def do_sft() -> dict[str, Any]:
-            if run_dir.exists():
-                import shutil
-
-                shutil.rmtree(run_dir)  # stale (inputs changed): retrain from scratch
-            s = run_sft(run_cfg, quiet=quiet, log=say)
+            s = run_sft(going_on(run_dir, run_cfg, say), quiet=quiet, log=say)
             return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
 
-        stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say, out))
+        stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say, out,
+                                clears=(run_dir,)))
 
     sft_dir = out / "sft"
     sft_over: dict[str, Any] = {**cfg.sft, "data": str(data), "output_dir": str(sft_dir)}
@@ -389,14 +416,11 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         raise RhythmError("the dagger stage continues a fully trained student; this GRPO stage trains a LoRA adapter")
 
     def do_grpo() -> dict[str, Any]:
-        if grpo_dir.exists():
-            import shutil
-
-            shutil.rmtree(grpo_dir)
-        s = run_grpo(grpo_cfg, quiet=quiet, log=say)
+        s = run_grpo(going_on(grpo_dir, grpo_cfg, say), quiet=quiet, log=say)
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
-    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo, say, out))
+    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo,
+                            say, out, clears=(grpo_dir,)))
     model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
 
     # 4b. DAgger for the belief: the refined student's own weeks, their beliefs the filter's, learned by SFT

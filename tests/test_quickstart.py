@@ -26,6 +26,7 @@ from rhythm.errors import RhythmError
 from rhythm.locking import lock_path, output_lock
 from rhythm.protocol import parse_reply
 from rhythm.quickstart import (
+    PENDING,
     STAMP,
     DaggerStage,
     QuickstartConfig,
@@ -33,6 +34,7 @@ from rhythm.quickstart import (
     quickstart,
     run_stage,
     stage_digest,
+    summary_table,
 )
 from rhythm.records import read_episodes
 from tests.shared import QUICKSTART_MINI as MINI
@@ -211,6 +213,64 @@ def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> N
     assert stage_digest(src) != stage_digest(tmp_path / "stage")
     stamp = orjson.loads((tmp_path / "stage" / ".rhythm_stage.json").read_bytes())
     assert stamp["stage"] == "s" and stamp["info"] == {"n": 5}
+
+
+def test_an_interrupted_stage_goes_on_from_what_it_wrote_and_other_folders_are_left_alone(tmp_path: Path) -> None:
+    """A stage killed mid-way leaves its pending stamp: rerun with the same stamp, it keeps what it wrote (generate
+    resumes its weeks, SFT and GRPO their checkpoints); with another stamp, or finished and stale, what it writes is
+    cleared first; what no stage made (a folder of the user's at --out) is refused, not deleted."""
+    out = tmp_path / "stage" / "weeks.txt"
+    said: list[str] = []
+
+    def stage(config: dict, fail: bool = False) -> bool:
+        def fn() -> None:
+            with out.open("a") as fh:
+                fh.write("week\n")
+            if fail:
+                raise KeyboardInterrupt
+        return run_stage("generate", tmp_path / "stage", config, [], {"out": out}, fn, said.append, tmp_path, clears=(out,)).reused
+
+    (tmp_path / "stage").mkdir()
+    out.write_text("the user's\n")
+    with pytest.raises(RhythmError, match=r"weeks.txt exists and no quickstart stage made it; move it away"):
+        stage({"k": 1})
+    assert out.read_text() == "the user's\n"
+    out.unlink()
+    with pytest.raises(KeyboardInterrupt):
+        stage({"k": 1}, fail=True)
+    assert stage({"k": 1}) is False and out.read_text() == "week\nweek\n"  # went on from the killed run's week
+    assert said[-2] == "[generate] interrupted earlier, inputs unchanged: going on from what it wrote"
+    assert stage({"k": 1}) is True and not (tmp_path / "stage" / PENDING).exists()
+    with pytest.raises(KeyboardInterrupt):
+        stage({"k": 2}, fail=True)  # stale: cleared, then killed
+    assert stage({"k": 3}) is False and out.read_text() == "week\n"  # another stamp than the killed run's: cleared
+
+
+def test_an_interrupted_training_stage_resumes_from_its_newest_checkpoint(tmp_path: Path) -> None:
+    """SFT and GRPO stages go on from the newest checkpoint a killed run of theirs saved (a resumed run ends as an
+    uninterrupted one: tests/train); killed before its first, the folder starts afresh but for the pending stamp."""
+    from rhythm.quickstart import going_on
+    from rhythm.train.sft import SFTRunConfig
+
+    run, said = tmp_path / "sft", []
+    cfg = SFTRunConfig(output_dir=str(run))
+    assert going_on(run, cfg, said.append) == cfg  # nothing there yet
+    run.mkdir()
+    for name in (PENDING, "training_log.jsonl", "checkpoint-3/model.safetensors"):
+        (run / name).parent.mkdir(exist_ok=True)
+        (run / name).write_text("x")
+    assert going_on(run, cfg, said.append) == cfg and [p.name for p in run.iterdir()] == [PENDING]
+    (run / "checkpoint-3").mkdir()
+    (run / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    assert going_on(run, cfg, said.append).resume_from_checkpoint == "latest"
+    assert said == [f"resuming from {run / 'checkpoint-3'}"]
+
+
+def test_the_summary_table_takes_references_without_the_heuristic() -> None:
+    row = {"final_score": 0.5, "ci95": [0.4, 0.6], "final_score_v2": 0.6, "behaviour_score": 0.55, "belief_mae": None,
+           "belief_mae_prior": 0.15, "parse_failure_rate": 0.0, "win_rate_vs_heuristic": None,
+           "references": {"random": {"final_score": 0.1, "final_score_v2": 0.2, "behaviour_score": 0.3}}}
+    assert summary_table({"student SFT": {"in-dist": row}}).splitlines()[2].endswith("| — | 0.0% | — |")
 
 
 def _stage(tmp_path: Path, said: list[str]) -> bool:
