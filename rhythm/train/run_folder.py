@@ -55,7 +55,7 @@ def data_digest(cfg: Any) -> str | None:
     paths = data_paths(cfg)
     if not paths or "-" in paths:
         return None
-    return file_digest(Path(paths[0])) if len(paths) == 1 else ",".join(file_digest(Path(p)) for p in paths)
+    return ",".join(file_digest(Path(p)) for p in paths)
 
 
 RESUME_MAY_CHANGE = (
@@ -90,7 +90,8 @@ def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
         return
     before, now = (_comparable(flat_settings(c, RESUME_MAY_CHANGE)) for c in (settings, config_dict(cfg)))
     differs = settings_change({k: v for k, v in before.items() if k in now}, {k: v for k, v in now.items() if k in before})
-    if not differs and provenance.get("data_digest") not in (None, data_digest(cfg)):
+    recorded = provenance.get("data_digest")
+    if not differs and recorded is not None and recorded != data_digest(cfg):
         differs = "the data files changed since the run started (their digest differs)"
     if differs:
         raise RhythmError(f"{run} was trained with other settings ({differs}); resuming would train a run no config "
