@@ -471,7 +471,9 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
             stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, {"results": cond_path}, do_eval, say, out))
             per_condition[cond] = EvalResults.load(cond_path)
         first_results = next(iter(per_condition.values())).to_dict()
-        merged = EvalResults.model_validate({**first_results, "condition": "all", "conditions": {
+        config = {**first_results.get("config", {}), "condition": "all", "output": str(res_path),  # what all of it ran
+                  "seeds": {c: r.config.get("seeds") for c, r in per_condition.items()}}
+        merged = EvalResults.model_validate({**first_results, "condition": "all", "config": config, "conditions": {
             c: r.conditions[c].model_dump(mode="json", exclude_unset=True) for c, r in per_condition.items()}})
         merged.save(res_path)
         _merge_episodes(out / "eval" / tag, conditions, res_path)

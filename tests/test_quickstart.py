@@ -72,6 +72,8 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     assert "minus SFT on in-dist (paired, same seeds)" in summary
     assert set(first["students"]["student SFT"]) == {"in-dist", "ood", "discrete"}
     assert first["grpo_minus_sft"]["discrete"]["episodes"] == 3
+    merged = orjson.loads((out / "eval/sft/eval_results_v2.json").read_bytes())["config"]  # what all conditions ran
+    assert merged["condition"] == "all" and merged["seeds"] == {"in-dist": "0-1", "ood": "0-1", "discrete": "0-2"}
 
     # the same inputs again: every stage is reused and the summary is the same
     second = quickstart(cfg, say=said.append, quiet=True)
