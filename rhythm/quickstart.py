@@ -28,7 +28,6 @@ per run directory (:mod:`rhythm.locking`): a second one on the same ``--out`` st
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -55,7 +54,7 @@ from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.grpo import GRPORunConfig, run_grpo
-from rhythm.train.run_folder import data_paths, latest_checkpoint
+from rhythm.train.run_folder import data_paths, empty_folder, latest_checkpoint, remove
 from rhythm.train.sft import SFTRunConfig, run_sft
 
 STAMP = ".rhythm_stage.json"
@@ -215,7 +214,7 @@ def run_stage(
         for path in (p for p in clears if p.exists() or p.is_symlink()):
             if not ours:
                 raise RhythmError(f"{path} exists and no quickstart stage made it; move it away or give another --out")
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            remove(path)
     say(f"[{name}] {why}")
     stamp.unlink(missing_ok=True)
     stamp_dir.mkdir(parents=True, exist_ok=True)
@@ -236,9 +235,8 @@ def going_on(run_dir: Path, cfg: Any, say: Callable[[str], None]) -> Any:
     if last is not None:
         say(f"resuming from {last}")
         return replace(cfg, resume_from_checkpoint="latest")
-    for entry in run_dir.iterdir() if run_dir.is_dir() else ():  # killed before its first checkpoint: afresh
-        if entry.name != PENDING:
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    if run_dir.is_dir():  # killed before its first checkpoint: afresh
+        empty_folder(run_dir, keep={PENDING})
     return cfg
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,21 @@ def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
                               "pass overwrite_output_dir=true, or choose another output_dir")
-        for entry in out.iterdir():  # the last run's model, adapter and logs too: none may pass for this run's
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        empty_folder(out)  # the last run's model, adapter and logs too: none may pass for this run's
     out.mkdir(parents=True, exist_ok=True)
     return out, resume
+
+
+def empty_folder(folder: Path, keep: Collection[str] = ()) -> None:
+    """Delete everything in ``folder`` but the entries named in ``keep``."""
+    for entry in folder.iterdir():
+        if entry.name not in keep:
+            remove(entry)
+
+
+def remove(path: Path) -> None:
+    """Delete a file, a link (not what it points to) or a folder with all it holds."""
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def holds_run(folder: Path) -> bool:
