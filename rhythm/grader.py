@@ -12,7 +12,14 @@ prior-mean belief of a condition (``PRIOR_MEAN``): a constant guess earns about 
 while under v2 it earns ~0.85 of the belief credit. Both constants are Monte Carlo estimates over
 200,000 train-split profiles (exact for ``discrete``); :func:`estimate_prior` recomputes them and a
 test holds the table to it. Per episode the v3 score is clipped at 0, so a constant guess still
-averages ~0.1 belief score (its unclipped mean is 0): about 0.02 of final score, against 0.17 under v2.
+earns some belief score (its unclipped mean is 0 for the prior mean): on 20,000 eval-split people the prior mean
+averages 0.11 in-dist and 0.16 ood, the best constant on a 0.05 grid 0.16 and 0.18 (0.03-0.04 of final score,
+against 0.17 under v2). In ``discrete`` a constant equal to one of the three people's belief is exact for a third
+of the weeks and averages 0.33 (0.07 of final score): read the discrete belief score beside that.
+
+Returns below ``RETURN_LOW`` score 0 behaviour: a week that crashes most of the time (the random agent: a fifth of
+its in-dist weeks, two fifths of its ood weeks) sits at that floor, so its mean behaviour is a little flattered and
+ties at 0 count half in win rates.
 """
 
 from __future__ import annotations

@@ -172,3 +172,23 @@ def test_the_readme_own_agent_example_runs_and_is_graded_beside_the_references(
     assert {"SLEEP", "DEEP_WORK"} <= played <= {"SLEEP", "NAP", "MEDITATE", "DEEP_WORK"}
     assert sum(condition.action_counts.values()) == 20 * 28
     assert (tmp_path / "rwl.json").is_file() and scope["episodes_path"].is_file()
+
+
+@pytest.mark.parametrize("belief", [(0.5,), (float("inf"), 0.5, 0.5), (0.2, 1.3, 0.5), ("a", "b", "c")])
+def test_an_agent_that_states_a_malformed_belief_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                    belief: tuple) -> None:
+    """A plugin's belief of the wrong shape was graded by numpy broadcasting and written where no reader takes it
+    back; one that is not finite was stored as null. Either is refused, naming the agent and the step."""
+    from rhythm.agents.base import Decision
+
+    class Broken(HeuristicAgent):
+        name = "broken"
+
+        def act(self, obs):
+            return [Decision(d.action, belief, d.text) for d in super().act(obs)]
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("broken")(lambda argument, options: Broken())
+    with pytest.raises(RhythmError, match=r"agent 'broken' stated the belief .* at step 0: a belief is 3 numbers"):
+        run_eval(EvalConfig(agent="broken", condition="in-dist", episodes=2, references=[],
+                            output=str(tmp_path / "eval.json")))

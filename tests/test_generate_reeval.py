@@ -116,6 +116,47 @@ def test_reeval_flags_a_tampered_record(tmp_path: Path, run_cli) -> None:
     assert f"{out}:1" not in err
 
 
+def _edit(step: int, key: str, value=None, text: tuple[str, str] | None = None):
+    def edit(record: dict) -> None:
+        target = record["score"] if step < 0 else record["steps"][step]
+        target[key] = target[key].replace(*text) if text else value(target[key]) if callable(value) else value
+    return edit
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (_edit(5, "observation", text=("Tue", "Wed")), "step 5: stored observation text does not replay"),
+    (_edit(5, "day", 3), "step 5: t/day/slot 5/3/1 is not its place"),
+    (_edit(10, "belief", [0.1, 0.1, 0.1]), "step 10: stored belief [0.1, 0.1, 0.1] is not the response's BELIEF line"),
+    (_edit(27, "response", text=("BELIEF: S=", "BELIEF: S=0.99 was S=")), "step 27: stored belief"),
+    (_edit(3, "parse_ok", False), "step 3: parse_ok is False, but the response parses"),
+    (_edit(-1, "crashes", lambda n: n + 1), "score.crashes"),
+    (_edit(-1, "return", lambda r: r + 0.1), "score.return"),
+    (_edit(-1, "belief_score_v2", 0.5), "score.belief_score_v2"),
+    (_edit(-1, "parse_failures", 2), "score.parse_failures 2 does not replay (0)"),
+])
+def test_reeval_flags_an_edit_of_what_a_week_says_or_trains_on(tmp_path: Path, run_cli, edit, says: str) -> None:
+    """The observation text SFT trains on, the step's place, a belief or its reply line, ``parse_ok`` and every
+    number of the score: each is what the replay or the reply itself gives, and an edit to any is flagged."""
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-1", output=str(out)))
+    recs = _lines(out)
+    edit(recs[1])
+    out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    code, _, err = run_cli("reeval", "--jsonl", str(out), "--strict", "--set", "baselines=[]")
+    assert code == 1 and f"{out}:2" in err and f"{out}:1 " not in err
+    assert says in " ".join(err.split()), err
+
+
+@pytest.mark.parametrize("teacher", ["oracle", "bayes", "random", "heuristic", "planner"])
+def test_every_built_in_agents_weeks_replay_as_written(tmp_path: Path, run_cli, teacher: str) -> None:
+    """The grade is of the belief as the record keeps it (4 decimals): the oracle's full-precision truth was graded
+    unrounded, and every one of its weeks failed ``reeval --strict``."""
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-2", output=str(out), teacher=teacher, condition="ood"))
+    code, _, err = run_cli("reeval", "--jsonl", str(out), "--strict", "--set", "baselines=[]")
+    assert code == 0, err
+
+
 def test_reeval_replays_in_chunks_alike_and_counts_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The replay runs in chunks so that its progress bar moves: the same summary as in one batch, with every
     record (the replay) and every step of every baseline counted once."""

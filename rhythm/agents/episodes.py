@@ -24,6 +24,7 @@ from rhythm.agents.base import Agent, BatchObservation, Decision, EpisodeSpec
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ACTIONS, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.env.render import render_observation
+from rhythm.errors import RhythmError
 from rhythm.grader import score_episode, true_belief
 from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, StepRecord
@@ -35,16 +36,35 @@ ProgressFn = Callable[[int], None]
 S = TypeVar("S", bound=StepRecord)
 
 
+def stored_belief(belief: Sequence[float] | None) -> list[float] | None:
+    """A stated belief as records keep it, and as the grader grades it (so a replay regrades the same number):
+    rounded to 4 decimals."""
+    return None if belief is None else [round(float(x), 4) for x in belief]
+
+
+def check_belief(belief: Any, agent: str, t: int) -> None:
+    """A belief an agent states is None or 3 finite numbers in [0, 1]; anything else (a plugin agent's bug) is one
+    line naming the agent, not a week graded by numpy broadcasting and written where no reader takes it back."""
+    try:
+        values = np.asarray(belief, dtype=float)
+        ok = values.shape == (3,) and bool(np.all(np.isfinite(values))) and bool(np.all((values >= 0) & (values <= 1)))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise RhythmError(f"agent {agent!r} stated the belief {belief!r} at step {t}: a belief is 3 numbers in [0, 1] "
+                          "(S, M, W), or None")
+
+
 def make_step(t: int, observation: str, response: str, belief: Sequence[float] | None, action: str, parse_ok: bool,
               reward: float, meters: Sequence[float], cls: type[S] = StepRecord, **extra: Any) -> S:
-    """One played step as its record (belief rounded to 4 decimals, numbers as plain floats)."""
+    """One played step as its record (belief as :func:`stored_belief` keeps it, numbers as plain floats)."""
     return cls(
         t=t,
         day=t // N_SLOTS,
         slot=t % N_SLOTS,
         observation=observation,
         response=response,
-        belief=None if belief is None else [round(float(x), 4) for x in belief],
+        belief=stored_belief(belief),
         action=action,
         parse_ok=bool(parse_ok),
         reward=float(reward),
@@ -70,8 +90,8 @@ def finish_episode(
     usage: dict[str, Any],
 ) -> EpisodeRecord:
     """Grade a played week and make its record: the one place this happens. ``belief`` is the one the
-    agent stated at its last step, as it stated it (the record keeps it rounded)."""
-    score = score_episode(float(episode_return), int(crashes), belief, truth, condition).to_dict()
+    agent stated at its last step, graded as the record keeps it (:func:`stored_belief`)."""
+    score = score_episode(float(episode_return), int(crashes), stored_belief(belief), truth, condition).to_dict()
     score["parse_failures"] = sum(not s.parse_ok for s in steps)
     return EpisodeRecord(
         env_version=ENV_VERSION,
@@ -99,6 +119,7 @@ class Replay:
     final_meters: np.ndarray  # (E, 5) the state after the last action (the start state when there is none)
     belief_targets: np.ndarray  # (E, 3)
     start_meters: np.ndarray  # (E, 5) the state before the first action
+    observations: list[list[str]] | None = None  # (E, T) the text each action answered (``replay(..., texts=True)``)
 
     @cached_property
     def seen(self) -> np.ndarray:
@@ -107,8 +128,9 @@ class Replay:
         return np.concatenate([self.start_meters[:, None], self.meters[:, :-1]], axis=1)
 
 
-def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray) -> Replay:
-    """Play ``actions`` ``(E, T)`` (action indices) again from the start of each seed's week, in lockstep."""
+def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray, texts: bool = False) -> Replay:
+    """Play ``actions`` ``(E, T)`` (action indices) again from the start of each seed's week, in lockstep; with
+    ``texts``, also the observation text each action answered."""
     actions = np.asarray(actions, dtype=np.int64).reshape(len(seeds), -1)
     n, steps = actions.shape
     env = BatchedRhythmEnv(condition, split, n)
@@ -118,13 +140,19 @@ def replay(condition: str, split: str, seeds: Sequence[int], actions: np.ndarray
     rewards = np.zeros((n, steps))
     returns = np.zeros(n)
     crashes = np.zeros(n, dtype=np.int64)
+    observations: list[list[str]] | None = [[] for _ in range(n)] if texts else None
     for t in range(steps):
+        if observations is not None:
+            st = env.state
+            for i in range(n):
+                observations[i].append(render_observation(t, st.meters[i], int(st.last_action[i]), st.delta[i], st.anomaly[i]))
         res = env.step_raw(actions[:, t])
         meters[:, t] = res.meters
         rewards[:, t] = res.reward
         returns += res.reward
         crashes += res.crashes
-    return Replay(meters, rewards, returns, crashes, env.state.meters, true_belief(condition, split, seeds), start)
+    return Replay(meters, rewards, returns, crashes, env.state.meters, true_belief(condition, split, seeds), start,
+                  observations)
 
 
 def replay_records(records: Sequence[Any], actions: Callable[[Any], Sequence[str]]
@@ -146,12 +174,20 @@ def week_actions(record: dict[str, Any]) -> list[str]:
     return [s["action"] for s in record["steps"]]
 
 
-def _sum_usage(decisions: Sequence[Decision]) -> dict[str, float]:
-    total: dict[str, float] = defaultdict(float)
+def episode_usage(decisions: Sequence[Decision]) -> dict[str, Any]:
+    """An episode's usage: its decisions' counts summed (whole numbers), with the tokens SPEC section 5 names always
+    there (0 for an agent that reads none) and ``cost_usd`` the sum where every step's cost is known, 0.0 for an agent
+    that spent nothing (no tokens), None where it is not known (a step without usage, or a model with no price)."""
+    total: dict[str, Any] = defaultdict(int)
     for d in decisions:
         for k, v in d.usage.items():
             total[k] += v
-    return dict(total)
+    costs = [d.usage.get("cost_usd") for d in decisions]
+    known = total.get("usage_missing", 0) == 0 and all(c is not None for c in costs)
+    spent_nothing = not any(d.usage for d in decisions)
+    counts = {k: v if k == "seconds" else int(v) for k, v in total.items() if k != "cost_usd"}
+    cost = round(float(total["cost_usd"]), 8) if known and costs else (0.0 if spent_nothing else None)
+    return {"prompt_tokens": 0, "completion_tokens": 0, **counts, "cost_usd": cost}
 
 
 def play_batch(
@@ -192,6 +228,8 @@ def play_batch(
         returns += res.reward
         crashes += res.crashes
         for i, d in enumerate(decisions):
+            if d.belief is not None:
+                check_belief(d.belief, agent.name, t)
             decisions_by_episode[i].append(d)
             history[i].append((prompts[i], d.text))
             steps[i].append(make_step(t, prompts[i], d.text, d.belief, ACTIONS[d.action], d.parse_ok, res.reward[i],
@@ -203,7 +241,7 @@ def play_batch(
     records = []
     created = now_iso()
     for i, seed in enumerate(seeds):
-        usage = _sum_usage(decisions_by_episode[i])
+        usage = episode_usage(decisions_by_episode[i])
         usage["seconds"] = round(seconds + usage.get("seconds", 0.0), 4)
         records.append(finish_episode(
             condition=condition, split=split, seed=seed, agent=agent.name, model=model, config_hash=config_hash,

@@ -37,8 +37,8 @@ A night slot not slept costs V 0.04 + 0.08 sleep_need and C 0.06.
 
 ## Observation Space
 
-``Box(-2, 2, (30,), float32)``: meters (5, in [0, 1]), last change of each meter (5), last anomaly (5),
-day / 6, slot one-hot (4), last action one-hot (10; zeros before the first step). ``info`` carries the
+``Box(low, high, (30,), float32)``: meters (5, in [0, 1]), last change of each meter (5, in [-2, 2]), last anomaly
+(5, in [-2, 2]), day / 6 (in [0, 1]), slot one-hot (4), last action one-hot (10; zeros before the first step). ``info`` carries the
 same quantities as float64 (``meters``, ``delta``, ``anomaly``) with ``t``, ``day`` and ``slot``.
 :func:`rhythm.env.render.render_observation` gives the text form language models read.
 
@@ -65,7 +65,7 @@ Every step, after the action: drift V -0.015 - 0.02 sleep_need, C -0.015, S -0.0
 N -0.01 - 0.04 connection_need. Then noise: each meter's change gets sigma x z with sigma
 (V, C, P, S, N) = (0.04, 0.04, 0.025, 0.04, 0.04), z a standardised Gaussian-shaped number (sum of
 four uniforms; see :mod:`rhythm.env.randomness`). Meters are clipped to [0, 1]. A typical profile
-effect (0.02-0.10) is one to three sigmas, so inference takes several observations.
+effect (0.02-0.10) is half a sigma to two and a half, so inference takes several observations.
 
 ## Latent Factors (the hidden profile)
 
@@ -118,7 +118,8 @@ Copies of the env (``gymnasium.make_vec(..., vectorization_mode="sync")`` or ``"
 ``make_vec_env``) are built alike, so built with ``seed=s`` they would all play the same people: leave ``seed`` out
 and seed them through ``reset(seed=s)`` (Gymnasium gives copy ``i`` seed ``s + i``; each copy's later resets draw
 from its own seeded generator). ``render_mode="ansi"`` renders the text, ``"rgb_array"`` a picture of the meters
-(:func:`rhythm.env.render.meter_image`; ``gymnasium.make(..., render_mode="human")`` shows it). Registered as ``rhythm/RhythmEnv-v1``
+(:func:`rhythm.env.render.meter_image`; ``gymnasium.make(..., render_mode="human")`` shows it in a window through Gymnasium's ``HumanRendering``, which
+needs ``pip install pygame``). Registered as ``rhythm/RhythmEnv-v1``
 (``gymnasium.make("rhythm/RhythmEnv-v1", condition="ood", split="eval", seed=0)`` after ``import rhythm``;
 ``gymnasium.make_vec`` gives :class:`rhythm.env.batched.BatchedRhythmEnv`).
 
@@ -207,6 +208,7 @@ class RhythmEnv(gym.Env[np.ndarray, np.int64]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        seed = None if seed is None else check_seed(seed)  # before Gymnasium's own check, which takes no numpy int
         super().reset(seed=seed)
         unknown = set(options or {}) - {"seed"}
         if unknown:

@@ -21,15 +21,16 @@ from rhythm.agents.episodes import replay as replay_actions
 from rhythm.agents.registry import make_agent
 from rhythm.config import NonNegative
 from rhythm.env.batched import BatchedRhythmEnv
-from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS
+from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci
 from rhythm.grader import prior_mae_beside, score_episode
-from rhythm.protocol import FALLBACK_ACTION, parse_reply
+from rhythm.protocol import FALLBACK_ACTION, PROTOCOL_VERSION, parse_reply
 from rhythm.provenance import versions
-from rhythm.records import graded_belief, read_episodes
+from rhythm.records import graded_belief, read_episodes, record_protocol
 
-SCORE_FIELDS = ("final_score", "final_score_v2", "behaviour_score", "belief_mae")
+BELIEF_TEXT_ROUNDING = 0.005
+"""How far a stored belief may be from its reply's ``BELIEF:`` line, which states it to 2 decimals."""
 
 
 @dataclass(frozen=True)
@@ -93,39 +94,62 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6,
     chunks = [(key, group[i : i + REPLAY_CHUNK]) for key, group in groups.items() for i in range(0, len(group), REPLAY_CHUNK)]
     for (condition, split), group in chunks:
         actions = np.zeros((len(group), EPISODE_STEPS), dtype=np.int64)
-        action_flags: list[list[list[str]]] = [[[] for _ in range(EPISODE_STEPS)] for _ in group]
         for i, (_where, rec) in enumerate(group):
             for t, step in enumerate(rec["steps"]):
                 name = str(step.get("action", ""))
                 if name not in ACTION_INDEX:
-                    action_flags[i][t].append(f"step {t}: unknown action {name!r}")
+                    rec["_flags"].append(f"step {t}: unknown action {name!r}")
                     name = FALLBACK_ACTION
-                parsed = parse_reply(step.get("response", ""))
-                if parsed.ok and parsed.action_name != name:
-                    action_flags[i][t].append(f"step {t}: response says {parsed.action_name}, record says {name}")
                 actions[i, t] = ACTION_INDEX[name]
-        played = replay_actions(condition, split, [rec["seed"] for _, rec in group], actions)
-        for i, (_where, rec) in enumerate(group):
-            for t, step in enumerate(rec["steps"]):
-                rec["_flags"].extend(action_flags[i][t])
-                meters, reward = played.meters[i, t], played.rewards[i, t]
-                if "meters" in step and (
-                    len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - meters)) > tolerance
-                ):
-                    rec["_flags"].append(f"step {t}: stored meters do not replay")
-                if "reward" in step and _differs(step["reward"], reward, tolerance):
-                    rec["_flags"].append(f"step {t}: stored reward {step['reward']} does not replay ({reward:.6f})")
+        played = replay_actions(condition, split, [rec["seed"] for _, rec in group], actions, texts=True)
         for i, (where, rec) in enumerate(group):
+            texts = played.observations[i] if record_protocol(rec) == PROTOCOL_VERSION else None  # v1 rendered others
+            for t, step in enumerate(rec["steps"]):
+                rec["_flags"].extend(step_flags(step, t, played, i, tolerance, texts))
             score = score_episode(float(played.returns[i]), int(played.crashes[i]), graded_belief(rec),
                                   played.belief_targets[i], condition).to_dict()
+            score["parse_failures"] = sum(not s.get("parse_ok", True) for s in rec["steps"])
             stored = rec.get("score") or {}
-            for key in SCORE_FIELDS:
-                if key in stored and _differs(stored[key], score[key], tolerance):
-                    rec["_flags"].append(f"score.{key} {stored[key]} does not replay ({score[key]})")
+            for key, value in score.items():
+                if key in stored and _differs(stored[key], value, tolerance):
+                    rec["_flags"].append(f"score.{key} {stored[key]} does not replay ({value})")
             flags = list(dict.fromkeys(rec.pop("_flags")))  # dedupe, keep order
             out.append(Replayed(where, condition, split, int(rec["seed"]), str(rec["agent"]), flags, score))
         progress(len(group))
     return out
+
+
+def step_flags(step: dict[str, Any], t: int, played: Any, i: int, tolerance: float,
+               texts: list[str] | None) -> list[str]:
+    """What in stored step ``t`` does not agree with the replay of its week (``played``, week ``i``) or with its own
+    reply: its place in the week, the observation text it answered (``texts``: the replay's, in the record's
+    protocol; None: not compared), the meters and reward after it, and the action, belief and ``parse_ok`` its reply
+    states."""
+    flags = []
+    if (step.get("t"), step.get("day"), step.get("slot")) != (t, t // N_SLOTS, t % N_SLOTS):
+        flags.append(f"step {t}: t/day/slot {step.get('t')}/{step.get('day')}/{step.get('slot')} is not its place in "
+                     f"the week ({t}/{t // N_SLOTS}/{t % N_SLOTS})")
+    if texts is not None and "observation" in step and step["observation"] != texts[t]:
+        flags.append(f"step {t}: stored observation text does not replay")
+    meters, reward = played.meters[i, t], played.rewards[i, t]
+    if "meters" in step and (
+        len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - meters)) > tolerance
+    ):
+        flags.append(f"step {t}: stored meters do not replay")
+    if "reward" in step and _differs(step["reward"], reward, tolerance):
+        flags.append(f"step {t}: stored reward {step['reward']} does not replay ({reward:.6f})")
+    parsed = parse_reply(step.get("response", ""))
+    name = str(step.get("action", ""))
+    if parsed.ok and parsed.action_name != name:
+        flags.append(f"step {t}: response says {parsed.action_name}, record says {name}")
+    if "parse_ok" in step and step["parse_ok"] != parsed.ok:
+        flags.append(f"step {t}: parse_ok is {step['parse_ok']}, but the response {'parses' if parsed.ok else 'does not parse'}")
+    belief = step.get("belief")
+    if (belief is None) != (parsed.belief is None) or (
+        belief is not None and np.max(np.abs(np.asarray(belief, dtype=float) - parsed.belief)) > BELIEF_TEXT_ROUNDING + tolerance
+    ):
+        flags.append(f"step {t}: stored belief {belief} is not the response's BELIEF line ({parsed.belief})")
+    return flags
 
 
 def reeval(cfg: ReevalConfig, progress_factory: Callable[[str, int], ProgressFn] | None = None) -> dict[str, Any]:

@@ -1,0 +1,34 @@
+"""An episode's usage as its record keeps it: the fields SPEC section 5 names, whole-number counts, and a cost
+that is the sum only where every step's cost is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from rhythm.agents.base import Decision
+from rhythm.agents.episodes import episode_usage
+
+
+def _steps(*usages: dict) -> list[Decision]:
+    return [Decision(0, None, "ACTION: DEEP_WORK", usage=u) for u in usages]
+
+
+def test_an_agent_that_reads_no_tokens_spent_nothing() -> None:
+    assert episode_usage(_steps({}, {})) == {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+
+
+def test_counts_sum_to_whole_numbers_and_a_priced_week_sums_its_cost() -> None:
+    usage = episode_usage(_steps({"prompt_tokens": 10.0, "completion_tokens": 2, "requests": 1, "cost_usd": 0.25},
+                                 {"prompt_tokens": 12, "completion_tokens": 3.0, "requests": 2, "cost_usd": 0.5}))
+    assert usage == {"prompt_tokens": 22, "completion_tokens": 5, "requests": 3, "cost_usd": 0.75}
+    assert all(type(v) is int for k, v in usage.items() if k != "cost_usd")
+
+
+@pytest.mark.parametrize("second", [
+    {"prompt_tokens": 12, "completion_tokens": 3, "usage_missing": 1},  # a reply without usage: its cost unknown
+    {"prompt_tokens": 12, "completion_tokens": 3},  # a model without a price (a local student, an unpriced API)
+])
+def test_a_week_with_a_step_of_unknown_cost_has_no_summed_cost(second: dict) -> None:
+    """Not the known steps' part: a cost that reads as the whole when it is not."""
+    usage = episode_usage(_steps({"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.25}, second))
+    assert usage["cost_usd"] is None and usage["prompt_tokens"] == 22
