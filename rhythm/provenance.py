@@ -26,6 +26,8 @@ _PACKAGES = (
     "accelerate",
     "huggingface_hub",
     "openai",
+    "scipy",  # the bootstrap intervals
+    "matplotlib",  # the plots
 )
 
 

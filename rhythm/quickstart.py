@@ -48,6 +48,7 @@ from rhythm.eval.paired import final_scores, paired_differences
 from rhythm.eval.plots import PlotConfig, make_plots
 from rhythm.eval.reeval import ReevalConfig, reeval
 from rhythm.eval.results import EvalResults
+from rhythm.eval.stats import ci_text
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import file_digest, now_iso, package_version, versions
@@ -271,7 +272,7 @@ def summary_table(students: dict[str, dict[str, Any]]) -> str:
             mae = "—" if r["belief_mae"] is None else f"{r['belief_mae']:.3f} ({r['belief_mae_prior']:.3f})"
             win = "—" if r["win_rate_vs_heuristic"] is None else f"{r['win_rate_vs_heuristic']:.2f}"  # no heuristic reference
             lines.append(
-                f"| {cond} | **{name}** | {r['final_score']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
+                f"| {cond} | **{name}** | {r['final_score']:.3f} {ci_text(r['ci95'])} | "
                 f"{r['final_score_v2']:.3f} | {r['behaviour_score']:.3f} | {mae} | {r['parse_failure_rate']:.1%} | {win} |"
             )
         for ref, v in first[cond]["references"].items():
@@ -303,12 +304,12 @@ def paired_sentences(minus_sft: dict[str, dict[str, dict[str, Any]]]) -> list[st
     out = []
     for label, diffs in minus_sft.items():
         for cond, d in diffs.items():
-            lo, hi = d["ci95"]
-            where = "its CI above 0" if lo > 0 else "its CI below 0" if hi < 0 else "its CI reaches 0"
+            lo, hi = d["ci95"] or (np.nan, np.nan)
+            where = "its CI above 0" if lo > 0 else "its CI below 0" if hi < 0 else "its CI reaches 0" if lo <= 0 <= hi else "one person"
             out.append(f"{label.removeprefix('student ')} minus SFT on {cond} (paired, same seeds): "
-                       f"{d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]; {where}.")
+                       f"{d['mean']:+.3f} {ci_text(d['ci95'], '+.3f')}; {where}.")
     grpo = minus_sft.get("student SFT+GRPO", {})
-    if grpo and not any(d["ci95"][0] > 0 for d in grpo.values()):
+    if grpo and not any(d["ci95"] and d["ci95"][0] > 0 for d in grpo.values()):
         beside = "" if len(minus_sft) > 1 else "; configs/quickstart-dagger.yaml adds a refine stage that pays, in ~20 minutes more"
         out.append("The GRPO stage gained nothing beyond its CIs here, as docs/grpo.md measures for the quickstart's "
                    f"student; it says where refinement stands and why{beside}.")

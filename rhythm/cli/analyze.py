@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from rhythm.cli.ui import err_console
 from rhythm.errors import RhythmError
 
 analyze_app = typer.Typer(
@@ -43,11 +44,21 @@ def paired_command(
       rhythm analyze paired A.episodes.jsonl B.episodes.jsonl --metric belief_mae   # the last belief's error
       rhythm analyze paired FEW_SFT.episodes.jsonl REFINED.episodes.jsonl --target FULL_SFT.episodes.jsonl
     """
-    from rhythm.eval.paired import distance_shares, final_scores_of, lower_is_better, paired_differences, paired_table
+    from rhythm.eval.paired import (
+        distance_shares,
+        lower_is_better,
+        paired_differences,
+        paired_table,
+        read_sides,
+        unpaired_note,
+    )
 
-    pairs = final_scores_of(first, metric), final_scores_of(second, metric)
-    shares = distance_shares(*pairs, final_scores_of(target, metric)) if target else None
-    print(paired_table(paired_differences(*pairs, lower_better=lower_is_better(metric)), shares))
+    sides = read_sides([first, second, *([target] if target else [])], metric)
+    shares = distance_shares(*sides) if target else None
+    print(paired_table(paired_differences(*sides[:2], lower_better=lower_is_better(metric)), shares))
+    note = unpaired_note(*sides)
+    if note:
+        err_console.print(note, markup=False, highlight=False)
 
 
 @analyze_app.command("behaviour")

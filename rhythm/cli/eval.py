@@ -23,7 +23,7 @@ def eval_command(
     concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Requests in flight per step (openai:/azure: agents).")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Episodes per batched generate (model agents).")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Results JSON (episodes JSONL goes beside it).")] = None,
-    grader: Annotated[Optional[str], typer.Option("--grader", help="Headline grader: v3 (default) or v2.")] = None,
+    grader: Annotated[Optional[str], typer.Option("--grader", help="Headline grader, v3 (default) or v2: the score win rates and the normalised score use (both scores are always reported).")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,

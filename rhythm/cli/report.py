@@ -9,20 +9,19 @@ from rich.table import Table
 from rhythm.cli.ui import err_console
 from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, MeanCI
+from rhythm.eval.stats import ci_text
 
 
 def _ci(stat: dict[str, Any] | None) -> str:
     if not stat or stat.get("mean") is None:
         return "-"
-    lo, hi = stat["ci95"]
-    return f"{stat['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
+    return f"{stat['mean']:.3f} {ci_text(stat['ci95'])}"
 
 
 def _mean_ci(stat: MeanCI) -> str:
-    if stat.mean is None or stat.ci95 is None:
+    if stat.mean is None:
         return "-"
-    lo, hi = stat.ci95
-    return f"{stat.mean:.3f} [{lo:.3f}, {hi:.3f}]"
+    return f"{stat.mean:.3f} {ci_text(stat.ci95)}"
 
 
 def print_eval_table(results: EvalResults) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
+from rhythm.errors import RhythmError
 from rhythm.grader import true_belief
 from rhythm.records import graded_belief, read_episodes
 
@@ -114,4 +115,7 @@ def labels(files: Sequence[str]) -> list[str]:
 def behaviour_of(files: Sequence[str]) -> str:
     """:func:`behaviour_table` of each episodes file (several joined with commas count as one agent)."""
     profiles = [behaviour_profile(r for path in f.split(",") for _, r in read_episodes(path)) for f in files]
+    for f, profile in zip(files, profiles, strict=True):
+        if not profile:
+            raise RhythmError(f"no weeks in {f}")
     return behaviour_table(list(zip(labels(files), profiles, strict=True)))

@@ -18,7 +18,7 @@ import numpy as np
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.eval.plots import belief_errors
-from rhythm.eval.stats import bootstrap_ci, mean_ci
+from rhythm.eval.stats import bootstrap_ci, ci_text, mean_ci
 from rhythm.grader import prior_mae_beside
 from rhythm.records import read_episodes
 
@@ -59,7 +59,7 @@ def belief_steps(errors: np.ndarray, priors: np.ndarray, steps: tuple[int, ...])
     stated = ~np.isnan(last)
     if not stated.any():
         raise RhythmError(f"no week states a belief at step {steps[-1]}")
-    ci = mean_ci(last[stated])["ci95"]
+    ci = mean_ci(last[stated])["ci95"] or (float("nan"), float("nan"))  # one week: no interval
     with np.errstate(invalid="ignore"):
         mae = tuple(float(np.nanmean(errors[:, s - 1])) if (~np.isnan(errors[:, s - 1])).any() else float("nan") for s in steps)
     prior = prior_mae_beside(priors, stated)
@@ -87,6 +87,6 @@ def belief_steps_table(rows: dict[str, BeliefSteps]) -> str:
     lines = [f"condition  weeks  belief MAE at steps {'/'.join(map(str, steps))}  step {steps[-1]} [95% CI]  prior  "
              f"step {steps[-1]} / prior [95% CI]  step {steps[-1]} / step {steps[0]}"]
     for cond, r in rows.items():
-        lines.append(f"{cond:9s}  {r.episodes:5d}  {' / '.join(f'{m:.3f}' for m in r.mae)}  {r.mae[-1]:.3f} [{r.last_ci[0]:.3f}, "
-                     f"{r.last_ci[1]:.3f}]  {r.prior:.3f}  {r.ratio:.2f}x [{r.ratio_ci[0]:.2f}, {r.ratio_ci[1]:.2f}]  {r.last_over_first:.2f}")
+        lines.append(f"{cond:9s}  {r.episodes:5d}  {' / '.join(f'{m:.3f}' for m in r.mae)}  {r.mae[-1]:.3f} "
+                     f"{ci_text(None if np.isnan(r.last_ci[0]) else r.last_ci)}  {r.prior:.3f}  {r.ratio:.2f}x [{r.ratio_ci[0]:.2f}, {r.ratio_ci[1]:.2f}]  {r.last_over_first:.2f}")
     return "\n".join(lines)

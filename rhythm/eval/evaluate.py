@@ -71,7 +71,8 @@ class EvalConfig:
     """eval (the final table) | train: choose settings on train-split seeds that the SFT data did not
     use (e.g. --split train --seeds 100000-100099), keeping the eval split for the final table."""
     grader: str = "v3"
-    """Headline grader (v3 or v2); both are always reported."""
+    """Headline grader (v3 or v2): the score the paired win rates and the normalised score are computed on
+    (``final_score`` or ``final_score_v2``). Both scores are always reported under their own names."""
     references: list[str] = field(default_factory=lambda: ["random", "heuristic", "oracle"])
     """Agents played on the same seeds for win rates and the normalised score."""
     output: str = "eval_results_v2.json"
@@ -165,8 +166,11 @@ def summarize_condition(
     condition: str,
     records: list[EpisodeRecord],
     references: dict[str, list[EpisodeRecord]],
+    grader: str = "v3",
 ) -> dict[str, Any]:
-    """The report of one condition (SPEC section 6), from the agent's and references' records."""
+    """The report of one condition (SPEC section 6), from the agent's and references' records; win rates and the
+    normalised score on the ``grader``'s final score."""
+    headline = "final_score" if grader == "v3" else f"final_score_{grader}"
     seeds = [r.seed for r in records]
     truth = true_belief(condition, records[0].split, seeds)
     beliefs = [r.steps[-1].belief for r in records]
@@ -177,12 +181,12 @@ def summarize_condition(
         by_dim = {d: round(float(v), 6) for d, v in zip(BELIEF_DIMS, err.mean(axis=0))}
     steps = [s for r in records for s in r.steps]
     counts = Counter(s.action for s in steps)
-    final = _scores(records, "final_score")
+    final = _scores(records, headline)
     out: dict[str, Any] = {
         "episodes": len(records),
         "split": records[0].split,
         "seeds": format_seeds(seeds),
-        "final_score": mean_ci(final),
+        "final_score": mean_ci(_scores(records, "final_score")),
         "final_score_v2": mean_ci(_scores(records, "final_score_v2")),
         "behaviour_score": mean_ci(_scores(records, "behaviour_score")),
         "belief_mae": mean_ci(_scores(records, "belief_mae")),
@@ -200,9 +204,9 @@ def summarize_condition(
     for name, recs in references.items():
         if [r.seed for r in recs] != seeds:
             raise RuntimeError(f"reference {name} played other seeds")
-        ref_final = _scores(recs, "final_score")
+        ref_final = _scores(recs, headline)
         out["references"][name] = {
-            "final_score": round(float(ref_final.mean()), 6),
+            "final_score": round(float(_scores(recs, "final_score").mean()), 6),
             "final_score_v2": round(float(_scores(recs, "final_score_v2").mean()), 6),
             "behaviour_score": round(float(_scores(recs, "behaviour_score").mean()), 6),
         }
@@ -211,7 +215,7 @@ def summarize_condition(
     refs = out["references"]
     if "random" in refs and "oracle" in refs:
         out["normalized_score"] = normalized_score(
-            float(final.mean()), refs["random"]["final_score"], refs["oracle"]["final_score"]
+            float(final.mean()), refs["random"][headline], refs["oracle"][headline]
         )
     return out
 
@@ -341,7 +345,7 @@ def evaluate(
                 if key is not None:
                     played_cache[key] = played[name]
         refs = {r: played[r] for r in cfg.references}
-        results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs)
+        results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs, cfg.grader)
     return EvalResults.model_validate(results)
 
 

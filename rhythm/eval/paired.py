@@ -24,7 +24,7 @@ import numpy as np
 from rhythm.env.constants import METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.eval.behaviour import meter_crashes
-from rhythm.eval.stats import bootstrap_ci, mean_ci, paired_win_rate
+from rhythm.eval.stats import bootstrap_ci, ci_text, mean_ci, paired_win_rate
 from rhythm.records import read_episodes
 
 Key = tuple[str, str, int]
@@ -66,12 +66,37 @@ def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score")
     if metric not in METRICS:
         raise RhythmError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     values: dict[Key, float | None] = {}
+    records = list(records)
+    env_version_of(records, "one side")
     for r in records:
         key = (r["condition"], r["split"], int(r["seed"]))
         if key in values:
             raise RhythmError(f"{key[0]} person {key[2]} ({key[1]} split) appears twice on one side")
         values[key] = episode_value(r, metric)
     return {k: v for k, v in values.items() if v is not None}
+
+
+def env_version_of(records: list[dict[str, Any]], what: str) -> str | None:
+    """The one env version of ``records`` (None for none); weeks of two env versions are refused: the same seed is
+    another person there, and pairing by seed would pair strangers."""
+    found = sorted({str(r.get("env_version")) for r in records})
+    if len(found) > 1:
+        raise RhythmError(f"{what} mixes weeks of env versions {', '.join(found)}; pair weeks of one env version")
+    return found[0] if found else None
+
+
+def unpaired_note(*sides: dict[Key, float]) -> str | None:
+    """A line saying which weeks no pairing used (a side's people the others did not play), or None when every week
+    of every side is paired."""
+    shared = set.intersection(*(set(side) for side in sides))
+    left = [len(set(side) - shared) for side in sides]
+    if not any(left):
+        return None
+    names = ("first", "second", "target")
+    conditions = sorted({k[0] for side in sides for k in side} - {k[0] for k in shared}, key=condition_order)
+    return (f"paired {len(shared)} people; not paired: " + ", ".join(f"{n} of {len(side)} {name} weeks"
+                                                                     for n, side, name in zip(left, sides, names) if n)
+            + (f" (no shared person in {', '.join(conditions)})" if conditions else ""))
 
 
 def shared_people(*sides: dict[Key, float], none: str) -> list[tuple[str, list[Key]]]:
@@ -114,7 +139,10 @@ def distance_shares(first: dict[Key, float], second: dict[Key, float], target: d
         if not np.isfinite(value):
             out[cond] = {"episodes": len(keys), "share": None, "ci95": None}
             continue
-        if len(keys) < 2 or (np.ptp(b - a) == 0.0 and np.ptp(c - a) == 0.0):
+        if len(keys) < 2:
+            out[cond] = {"episodes": 1, "share": round(value, 6), "ci95": None}
+            continue
+        if np.ptp(b - a) == 0.0 and np.ptp(c - a) == 0.0:
             lo = hi = value
         else:
             lo, hi = bootstrap_ci((a, b, c), share)
@@ -122,14 +150,27 @@ def distance_shares(first: dict[Key, float], second: dict[Key, float], target: d
     return out
 
 
-def final_scores_of(files: str, metric: str = "final_score") -> dict[Key, float]:
-    """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths); weeks that all lack the
-    metric (an agent that states no belief, for ``belief_mae``) are named as such, not as people not shared."""
+def final_scores_of(files: str, metric: str = "final_score") -> tuple[dict[Key, float], str | None]:
+    """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths), and their env version; weeks
+    that all lack the metric (an agent that states no belief, for ``belief_mae``) are named as such, not as people
+    not shared."""
     records = [r for path in files.split(",") for _, r in read_episodes(path)]
+    if not records:
+        raise RhythmError(f"{files}: no weeks")
     values = final_scores(records, metric)
-    if records and not values:
+    if not values:
         raise RhythmError(f"{files}: no week has a {metric} (the agent states no belief); pair another metric")
-    return values
+    return values, env_version_of(records, files)
+
+
+def read_sides(files: list[str], metric: str = "final_score") -> list[dict[Key, float]]:
+    """:func:`final_scores_of` of each side; sides of different env versions are refused (:func:`env_version_of`)."""
+    read = [final_scores_of(f, metric) for f in files]
+    versions = {version for _, version in read}
+    if len(versions) > 1:
+        raise RhythmError(f"the sides are weeks of different env versions ({', '.join(sorted(map(str, versions)))}): "
+                          "the same seed is another person there; pair weeks of one env version")
+    return [values for values, _ in read]
 
 
 def paired_table(diffs: dict[str, dict[str, Any]], shares: dict[str, dict[str, Any]] | None = None) -> str:
@@ -137,13 +178,14 @@ def paired_table(diffs: dict[str, dict[str, Any]], shares: dict[str, dict[str, A
     (:func:`distance_shares`) each row also gives the share of the distance to the target, in percent."""
     lines = ["condition  people  second - first [95% CI]    second wins" + ("  share of target - first [95% CI]" if shares else "")]
     for cond, d in diffs.items():
-        lo, hi = d["ci95"]
-        line = f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  {d['win_rate']:.2f}"
+        line = f"{cond:9s}  {d['episodes']:6d}  {d['mean']:+.3f} {ci_text(d['ci95'], '+.3f')}  {d['win_rate']:.2f}"
         if shares:
             line += " " * 7  # under its header, past "second wins"
             s = shares.get(cond)
             if s is None or s["share"] is None:
                 line += "  -"
+            elif s["ci95"] is None:
+                line += f"  {_percent(s['share'])} [no CI: n=1] of {s['episodes']}"
             else:
                 line += f"  {_percent(s['share'])} [{_percent(s['ci95'][0])}, {_percent(s['ci95'][1])}] of {s['episodes']}"
         lines.append(line)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from rhythm.config import write_config
-from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
+from rhythm.env.constants import CONDITIONS, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name, start_of_sft
 from rhythm.eval.results import EvalResults, episodes_path
@@ -102,16 +102,15 @@ def load_results(path: str | Path) -> EvalResults:
 
 def _labels(results: list[tuple[Path, EvalResults]]) -> list[str]:
     """Each file's display name (:func:`rhythm.eval.names.display_name`); two alike get their folder's name."""
-    labels = [r.name for _, r in results]
-    for i, (path, _) in enumerate(results):
-        if labels.count(labels[i]) > 1:
-            labels[i] = f"{labels[i]} ({path.parent.name or path.stem})"
+    names = [r.name for _, r in results]
+    labels = [f"{name} ({path.parent.name or path.stem})" if names.count(name) > 1 else name
+              for name, (path, _) in zip(names, results, strict=True)]
     seen: dict[str, int] = {}
-    for i, label in enumerate(labels):  # still equal: same agent, same folder name
+    numbered = []
+    for label in labels:  # still equal: same agent, same folder name
         seen[label] = seen.get(label, 0) + 1
-        if labels.count(label) > 1:
-            labels[i] = f"{label} #{seen[label]}"
-    return labels
+        numbered.append(f"{label} #{seen[label]}" if labels.count(label) > 1 else label)
+    return numbered
 
 
 # -- final scores --------------------------------------------------------------------------------
@@ -268,10 +267,19 @@ class BeliefCurve:
 def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per condition: ``(errors, prior_errors)`` from ``(where, record)`` pairs; errors is (episodes,
     EPISODE_STEPS) with NaN where the step stated no belief; prior_errors is (episodes,), the constant
-    prior guess's MAE against the same people."""
+    prior guess's MAE against the same people. The true belief is this env's, so weeks of another env version (other
+    people under the same seeds) are refused, as is a person twice (counted twice, the intervals would narrow)."""
     out: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+    seen: set[tuple[str, str, int]] = set()
     for where, rec in records:
         cond = rec["condition"]
+        if rec.get("env_version") != ENV_VERSION:
+            raise RhythmError(f"{where}: a week of env version {rec.get('env_version')!r}; the true beliefs are "
+                              f"{ENV_VERSION}'s, another person under the same seed")
+        person = (cond, rec["split"], int(rec["seed"]))
+        if person in seen:
+            raise RhythmError(f"{where}: {cond} person {person[2]} ({person[1]} split) appears twice; give each week once")
+        seen.add(person)
         try:
             truth = true_belief(cond, rec["split"], [rec["seed"]])[0]
             err = belief_mae_by_step([(int(step["t"]), step.get("belief")) for step in rec["steps"]], truth, EPISODE_STEPS)
@@ -540,8 +548,8 @@ def training_figure(series: list[TrainingSeries]) -> Any:
                 kl_ax.set_ylim(bottom=0)
                 handles, labels = ax.get_legend_handles_labels()
                 more = kl_ax.get_legend_handles_labels()
-                ax.legend(handles + more[0], labels + more[1], fontsize=8, loc="upper left", bbox_to_anchor=(1.12, 1.0),
-                          frameon=False)
+                ax.legend(handles + more[0], labels + more[1], fontsize=8, loc="upper center",
+                          bbox_to_anchor=(0.5, -0.16), frameon=False)  # below: clear of the right axis's ticks and label
         else:
             for s in has_grpo:
                 color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]

@@ -97,6 +97,8 @@ class EvalResults(BaseModel):
             raise RhythmError(f"{path}: not valid JSON ({err})") from None
         if not isinstance(data, dict) or not isinstance(data.get("conditions"), dict) or "agent" not in data:
             raise RhythmError(f"{path}: not a rhythm eval results file (needs 'agent' and 'conditions')")
+        if not data["conditions"]:
+            raise RhythmError(f"{path}: holds no condition's results")
         for cond, entry in data["conditions"].items():
             if cond not in CONDITIONS:
                 raise RhythmError(f"{path}: unknown condition {cond!r}; expected one of {', '.join(CONDITIONS)}")

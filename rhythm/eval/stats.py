@@ -39,16 +39,24 @@ def bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.nd
 
 
 def mean_ci(values: np.ndarray | list[float], seed: int = BOOTSTRAP_SEED) -> dict[str, object]:
-    """``{"mean": m, "ci95": [low, high]}``; a constant or single-value sample gets ``[m, m]``."""
+    """``{"mean": m, "ci95": [low, high]}``; a constant sample gets ``[m, m]``, a single value no interval (None):
+    one week says nothing of the spread."""
     x = np.asarray(values, dtype=np.float64)
     x = x[~np.isnan(x)]
     if len(x) == 0:
         return {"mean": None, "ci95": None}
     m = float(x.mean())
-    if len(x) < 2 or np.ptp(x) == 0.0:
+    if len(x) < 2:
+        return {"mean": round(m, 6), "ci95": None}
+    if np.ptp(x) == 0.0:
         return {"mean": round(m, 6), "ci95": [round(m, 6), round(m, 6)]}
     lo, hi = bootstrap_ci((x,), np.mean, seed)
     return {"mean": round(m, 6), "ci95": [round(lo, 6), round(hi, 6)]}
+
+
+def ci_text(ci: tuple[float, float] | list[float] | None, spec: str = ".3f") -> str:
+    """``[low, high]`` as tables print it, in ``spec``; ``[no CI: n=1]`` for a sample of one (:func:`mean_ci`)."""
+    return "[no CI: n=1]" if ci is None else f"[{ci[0]:{spec}}, {ci[1]:{spec}}]"
 
 
 def paired_win_rate(a: np.ndarray | list[float], b: np.ndarray | list[float]) -> float:

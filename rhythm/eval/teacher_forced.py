@@ -142,6 +142,15 @@ def meter_readout(model: Any, tokenizer: Any, records: list[dict[str, Any]], fit
     return r2, low_mae
 
 
+def check_stated(record: dict[str, Any], where: str) -> None:
+    """The probe compares the student's belief with the one the week states at every step, read from its reply's
+    ``BELIEF:`` line: a week where a step states none (a heuristic's, a student's parse failure) is refused."""
+    for step in record["steps"]:
+        if step.get("belief") is None or parse_reply(step.get("response", "")).belief is None:
+            raise RhythmError(f"{where}: step {step['t']} states no belief; the teacher-forced probe reads weeks whose "
+                              "every step states one (a teacher's, as rhythm generate writes them)")
+
+
 def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """``(student, teacher)`` belief MAE per episode and step, each ``(episodes, 28)``."""
     import torch
@@ -171,9 +180,12 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
     meters' probes on request."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    records = [r for _, r in read_episodes(episodes) if condition in (None, r["condition"])]
-    if not records:
+    found = [(where, r) for where, r in read_episodes(episodes) if condition in (None, r["condition"])]
+    if not found:
         raise RhythmError(f"no weeks in {episodes}" + (f" for condition {condition}" if condition else ""))
+    for where, record in found:
+        check_stated(record, where)
+    records = [r for _, r in found]
     if not Path(model_dir).expanduser().is_dir():
         raise RhythmError(f"model directory not found: {model_dir}")
     try:

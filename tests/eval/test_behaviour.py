@@ -89,3 +89,15 @@ def test_agents_that_share_a_folder_name_are_told_apart_by_their_parents():
     table = behaviour_table([(name, behaviour_profile([_week("ood", 1, ["SLEEP"], 0, 0.5, 0.1)]))
                              for name in ("a-name-longer-than-sixteen/eval/sft", "b")])
     assert table.splitlines()[1].split()[1] == "a-name-longer-than-sixteen/eval/sft", "names are never cut"
+
+
+def test_empty_inputs_are_one_clear_error(tmp_path, run_cli):
+    """An empty episodes file, or a results file that holds no condition, printed an empty table and exit 0."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    code, _, err = run_cli("analyze", "behaviour", str(empty))
+    assert code == 2 and f"no weeks in {empty}" in err
+    results = tmp_path / "r.json"
+    results.write_text('{"agent": "bayes", "conditions": {}}')
+    code, _, err = run_cli("analyze", "tables", str(results))
+    assert code == 2 and "holds no condition's results" in err

@@ -110,3 +110,18 @@ def test_the_priors_error_is_on_the_episodes_whose_belief_error_is_reported() ->
     for r in records:
         r.score["belief_mae"] = None
     assert prior_on_stated(records) == pytest.approx(sum(priors) / 6, abs=1e-6)
+
+
+def test_the_headline_grader_decides_the_win_rates_and_the_normalised_score() -> None:
+    """``--grader v2`` used to change only the label: both scores stay under their own names, and what the headline
+    grader decides (win rates, the normalised score) is computed on its score."""
+    runs = {g: evaluate(EvalConfig(agent="bayes", condition="in-dist", seeds="0-7", grader=g,
+                                   references=["random", "oracle"])).conditions["in-dist"] for g in ("v3", "v2")}
+    v3, v2 = runs["v3"], runs["v2"]
+    assert v3.final_score == v2.final_score and v3.final_score_v2 == v2.final_score_v2
+    for cond, key in ((v3, "final_score"), (v2, "final_score_v2")):
+        refs = cond.references
+        agent = getattr(cond, key).mean
+        expected = (agent - getattr(refs["random"], key)) / (getattr(refs["oracle"], key) - getattr(refs["random"], key))
+        assert cond.normalized_score == pytest.approx(expected, abs=1e-5)
+    assert v3.normalized_score != pytest.approx(v2.normalized_score, abs=1e-3)

@@ -35,7 +35,10 @@ def test_a_constant_shift_is_the_difference_with_a_zero_width_interval(first, sh
     assert sum(d["episodes"] for d in diffs.values()) == len(first)
     for d in diffs.values():
         assert d["mean"] == pytest.approx(shift, abs=1e-6)
-        assert d["ci95"][0] == pytest.approx(shift, abs=1e-6) and d["ci95"][1] == pytest.approx(shift, abs=1e-6)
+        if d["episodes"] == 1:
+            assert d["ci95"] is None  # one person: no interval
+        else:
+            assert d["ci95"][0] == pytest.approx(shift, abs=1e-6) and d["ci95"][1] == pytest.approx(shift, abs=1e-6)
         assert d["win_rate"] == (1.0 if shift > 0 else 0.0 if shift < 0 else 0.5)
 
 
@@ -62,7 +65,10 @@ def test_a_second_that_goes_k_of_each_persons_way_closes_k_of_the_distance(first
     assert sum(d["episodes"] for d in shares.values()) == len(first)
     for d in shares.values():
         assert d["share"] == pytest.approx(k, abs=1e-5)
-        assert d["ci95"][0] == pytest.approx(k, abs=1e-4) and d["ci95"][1] == pytest.approx(k, abs=1e-4)
+        if d["episodes"] == 1:
+            assert d["ci95"] is None
+        else:
+            assert d["ci95"][0] == pytest.approx(k, abs=1e-4) and d["ci95"][1] == pytest.approx(k, abs=1e-4)
 
 
 def test_the_share_is_the_ratio_of_mean_differences_over_the_people_all_three_played():
@@ -230,6 +236,48 @@ def test_a_side_that_states_no_belief_is_named_when_pairing_the_belief(tmp_path)
 
     path = tmp_path / "heuristic.jsonl"
     write_episodes(path, [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("ood", "eval", 0)])])
-    assert final_scores_of(str(path)) != {}
+    assert final_scores_of(str(path))[0] != {}
     with pytest.raises(RhythmError, match=r"heuristic.jsonl: no week has a belief_mae \(the agent states no belief\)"):
         final_scores_of(str(path), "belief_mae")
+
+
+def _weeks(path, seeds, env_version="rhythm-v1", condition="in-dist"):
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
+    from rhythm.agents.registry import make_agent
+    from rhythm.records import write_episodes
+
+    records = [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec(condition, "eval", s) for s in seeds])]
+    write_episodes(path, [{**r, "env_version": env_version} for r in records])
+    return str(path)
+
+
+def test_weeks_of_another_env_version_are_not_paired(tmp_path, run_cli):
+    """The same seed is another person under another env version: pairing by seed would pair strangers."""
+    a = _weeks(tmp_path / "a.jsonl", range(3))
+    b = _weeks(tmp_path / "b.jsonl", range(3), env_version="rhythm-v0")
+    code, _, err = run_cli("analyze", "paired", a, b)
+    assert code == 2 and "different env versions (rhythm-v0, rhythm-v1)" in err
+    code, _, err = run_cli("analyze", "paired", a, f"{a},{b}")
+    assert code == 2 and "mixes weeks of env versions" in err
+    code, _, err = run_cli("analyze", "belief-steps", b)
+    assert code == 2 and "env version 'rhythm-v0'" in err
+
+
+def test_weeks_left_unpaired_are_said(tmp_path, run_cli):
+    """Pairing keeps the people both sides played; what it left out is said on stderr, not dropped silently."""
+    a = _weeks(tmp_path / "a.jsonl", range(4))
+    b = _weeks(tmp_path / "b.jsonl", range(2))
+    ood = _weeks(tmp_path / "ood.jsonl", range(2), condition="ood")
+    code, out, err = run_cli("analyze", "paired", f"{a},{ood}", b)
+    assert code == 0 and "in-dist" in out
+    assert "paired 2 people; not paired: 4 of 6 first weeks (no shared person in ood)" in " ".join(err.split())
+    code, _, err = run_cli("analyze", "paired", b, b)
+    assert code == 0 and "not paired" not in err
+
+
+def test_a_person_twice_is_refused_by_belief_steps(tmp_path, run_cli):
+    """Counted twice, a week would narrow the interval as if it were two people (paired refuses it too)."""
+    a = _weeks(tmp_path / "a.jsonl", range(3))
+    code, _, err = run_cli("analyze", "belief-steps", f"{a},{a}")
+    assert code == 2 and "in-dist person 0 (eval split) appears twice" in err

@@ -390,3 +390,14 @@ def test_an_sft_run_that_continued_another_is_drawn_after_it(tmp_path: Path) -> 
     assert series[1].label == "stage2 (from stage1)" and series[1].train_loss[0] == [20.0, 25.0, 30.0]
     assert series[1].eval_loss[0] == [20.0, 30.0]
     assert series[0].train_loss[0] == series[2].train_loss[0] == [5.0, 10.0, 15.0] and series[2].label == "alone"
+
+
+def test_files_of_the_same_agent_are_each_told_apart() -> None:
+    """The last of several files of one agent kept the bare name (the count was taken on the list being renamed)."""
+    from types import SimpleNamespace
+
+    from rhythm.eval.plots import _labels
+
+    files = [("a/r.json", "bayes"), ("b/r.json", "bayes"), ("c/r.json", "bayes"), ("c/s.json", "bayes"), ("d/r.json", "x")]
+    labels = _labels([(Path(p), SimpleNamespace(name=n)) for p, n in files])
+    assert labels == ["bayes (a)", "bayes (b)", "bayes (c) #1", "bayes (c) #2", "x"]

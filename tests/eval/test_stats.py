@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
+from rhythm.eval.stats import ci_text, mean_ci, normalized_score, paired_win_rate
 
 
 def test_mean_ci_degenerate_samples() -> None:
     assert mean_ci([]) == {"mean": None, "ci95": None}
     assert mean_ci([np.nan, np.nan]) == {"mean": None, "ci95": None}
-    assert mean_ci([0.25]) == {"mean": 0.25, "ci95": [0.25, 0.25]}
+    assert mean_ci([0.25]) == {"mean": 0.25, "ci95": None}  # one week: no interval, not a zero-width one
+    assert mean_ci([0.25, np.nan]) == {"mean": 0.25, "ci95": None}
+    assert ci_text(None) == "[no CI: n=1]" and ci_text([0.1, 0.25]) == "[0.100, 0.250]"
     assert mean_ci([0.4, 0.4, 0.4]) == {"mean": 0.4, "ci95": [0.4, 0.4]}
     # NaN (an episode without that score) is left out, not counted as zero
     assert mean_ci([0.2, np.nan, 0.2])["mean"] == 0.2

@@ -191,3 +191,16 @@ def test_meter_readout_scores_every_meter_on_held_out_weeks(tiny_student):
                        equal_nan=True)
     with pytest.raises(RhythmError, match="both sides of the fit"):
         meter_readout(model, tok, records, fit_share=1.0)
+
+
+def test_weeks_with_a_step_that_states_no_belief_are_one_clear_error(tmp_path, run_cli):
+    """A heuristic's weeks, or a student's with a parse failure, crashed the probe in numpy broadcasting."""
+    from rhythm.agents.base import EpisodeSpec
+    from rhythm.agents.episodes import play
+    from rhythm.agents.registry import make_agent
+    from rhythm.records import write_episodes
+
+    path = tmp_path / "heuristic.jsonl"
+    write_episodes(path, [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("in-dist", "eval", 0)])])
+    code, _, err = run_cli("analyze", "teacher-forced", str(tmp_path / "no-model"), str(path))
+    assert code == 2 and f"{path}:1: step 0 states no belief" in err
