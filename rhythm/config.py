@@ -19,6 +19,7 @@ a shipped config (``sft-tiny``, ``sft-tiny.yaml`` or ``configs/sft-tiny.yaml``) 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import hashlib
 import types
@@ -81,14 +82,44 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
             value = {**(out.get(head) or {}), rest: value}
         elif rest:
             raise RhythmError(f"{where}: {head!r} has no sub-keys (got {raw_key!r})")
-        if isinstance(value, int) and not isinstance(value, bool) and _takes_text(hint):
-            value = str(value)  # seeds: 7 (YAML and --set read a lone seed as a number)
+        if _takes_text(hint):
+            value = _as_text(value)
+        _check_entries(hint, value, raw_key, where)
         try:
             out[head] = TypeAdapter(hint).validate_python(value)
         except ValidationError as err:
             expected = getattr(hint, "__name__", str(hint))
-            raise RhythmError(f"{where}: {raw_key}={value!r} is not a valid {expected} ({err.errors()[0]['msg']})") from None
+            first = err.errors()[0]
+            at = ".".join(str(part) for part in first["loc"])
+            raise RhythmError(f"{where}: {raw_key}={value!r} is not a valid {expected} "
+                              f"({at + ': ' if at else ''}{first['msg']})") from None
     return out
+
+
+def _as_text(value: Any) -> Any:
+    """A value YAML read as a number or a date, as the text that was typed, for a field of text: ``seeds: 7``
+    (a lone seed), ``api_version: 2024-06-01`` (a date to YAML); anything else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, datetime.date):  # a datetime is a date too
+        return value.isoformat()
+    return value
+
+
+def _check_entries(hint: Any, value: Any, raw_key: str, where: str) -> None:
+    """The keys of each entry of a mapping field whose values are dataclasses (``prices: {NAME: Price}``):
+    pydantic drops a key such a value does not have, so a misspelt one would vanish in silence. An unknown
+    key is refused with the nearest valid name, as :func:`_apply` refuses one of a section."""
+    args = typing.get_args(hint) if typing.get_origin(hint) is dict else ()
+    item = args[-1] if args else None
+    if not (isinstance(item, type) and dataclasses.is_dataclass(item) and isinstance(value, Mapping)):
+        return
+    names = [f.name for f in dataclasses.fields(item)]
+    for name, entry in value.items():
+        unknown = [key for key in entry if key not in names] if isinstance(entry, Mapping) else []
+        if unknown:
+            raise RhythmError(f"{where}: unknown key {unknown[0]!r} in {raw_key}.{name} "
+                              f"({item.__name__}){_suggest(str(unknown[0]), names)}")
 
 
 def _takes_text(hint: Any) -> bool:
@@ -224,12 +255,16 @@ def load_config(
 
 def check_bounds(config: Any, prefix: str = "") -> None:
     """The bounds ``config``'s fields declare in their types (``Positive``, ``Unit``, ``Annotated[float, Gt(0)]``),
-    sections included: a :class:`RhythmError` names the first field outside them."""
+    sections and mappings of sections included: a :class:`RhythmError` names the first field outside them."""
     hints = typing.get_type_hints(type(config), include_extras=True)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):
             check_bounds(value, f"{prefix}{f.name}.")
+        elif isinstance(value, Mapping) and any(dataclasses.is_dataclass(v) for v in value.values()):
+            for key, entry in value.items():  # a mapping of sections (prices: {NAME: Price})
+                if dataclasses.is_dataclass(entry):
+                    check_bounds(entry, f"{prefix}{f.name}.{key}.")
         elif _bounded(hints[f.name]):
             try:
                 TypeAdapter(hints[f.name]).validate_python(value)

@@ -12,9 +12,10 @@ A reply is free reasoning that ends with two lines::
     ACTION: DEEP_WORK
 
 :func:`parse_reply` takes the last valid ``ACTION`` and the last valid ``BELIEF`` line anywhere in the
-reply, tolerates case, spacing, markdown emphasis (``**ACTION:** `deep work```) and extra text, and
-never raises. A reply with no valid action gets ``FALLBACK_ACTION`` and counts as a parse failure.
-Teacher data, SFT examples, GRPO prompts and eval all go through this module.
+reply, tolerates case, spacing, markdown emphasis (``**ACTION:** `deep work```), percentages
+(``S=30%`` is 0.30) and extra text, and never raises. A reply with no valid action gets
+``FALLBACK_ACTION`` and counts as a parse failure. Teacher data, SFT examples, GRPO prompts and eval
+all go through this module.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ FORMAT_REMINDER: Final[str] = (
 _DECORATION = re.compile(r"[*`#>|~]+|(?<![A-Za-z])_+|_+(?![A-Za-z])")
 _ACTION_LINE = re.compile(r"\baction\s*[:=]\s*(.*)", re.IGNORECASE)
 _BELIEF_LINE = re.compile(r"\bbelief\s*[:=]?\s*(.*)", re.IGNORECASE)
-_BELIEF_ITEM = re.compile(r"\b([smw])\s*[:=]\s*([+-]?\d*\.?\d+)", re.IGNORECASE)
+_BELIEF_ITEM = re.compile(r"\b([smw])\s*[:=]\s*([+-]?\d*\.?\d+)(\s*%)?", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[\s\-]+")
 _ACTIONS_LONGEST_FIRST = sorted(ACTIONS, key=len, reverse=True)
 
@@ -146,9 +147,9 @@ def _match_action(raw: str) -> int | None:
 
 def _match_belief(raw: str) -> tuple[float, float, float] | None:
     found: dict[str, float] = {}
-    for key, value in _BELIEF_ITEM.findall(raw):
+    for key, value, percent in _BELIEF_ITEM.findall(raw):
         try:
-            v = float(value)
+            v = float(value) / (100 if percent else 1)  # S=30% is 0.30, not 30 clipped to 1
         except ValueError:  # pragma: no cover - the pattern only admits numbers
             continue
         if math.isfinite(v):  # clipped into [0, 1] on either side; the first value of each dimension counts

@@ -168,6 +168,22 @@ def test_a_reader_that_stops_early_ends_generate_quietly(tmp_path: Path) -> None
     assert status.strip() == "1" and err.read_text() == ""
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a device whose every write fails ENOSPC")
+@pytest.mark.parametrize("to", ["file", "stdout"])
+def test_a_full_disk_is_one_line_and_exit_2(tmp_path: Path, to: str) -> None:
+    """``--output`` on a full disk (a link to /dev/full), or ``--output -`` into one: one line naming the cause, exit 2,
+    no traceback, and no second error from the exit's flush of stdout."""
+    out = tmp_path / "t.jsonl"
+    out.symlink_to("/dev/full")
+    cmd = [sys.executable, "-m", "rhythm.cli.main", "generate", "--seeds", "0-1", "--quiet", "--output", str(out) if to == "file" else "-"]
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(cmd, stdout=full if to == "stdout" else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "rhythm: error: cannot write the output: No space left on device (ENOSPC); what was written before stays; "
+        "free space (or fix the device) and rerun"], proc.stderr
+
+
 def test_help_does_not_import_torch() -> None:
     code = "import sys, rhythm.cli.main as m; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

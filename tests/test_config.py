@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from annotated_types import Ge
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -295,3 +297,42 @@ def test_settings_are_compared_key_by_key_less_what_is_ignored(tmp_path: Path):
     write_config(Inner(), tmp_path / "c.yaml", {"config_hash": "h"})
     assert read_recorded(tmp_path / "c.yaml") == ({"horizon": 8, "samples": 16}, {"config_hash": "h"})
     assert read_recorded(tmp_path / "missing.yaml") is None
+
+
+def test_a_date_is_text_where_a_field_takes_text(tmp_path: Path):
+    """YAML reads ``2024-06-01`` as a date: a text field (azure's api_version) takes it as the ISO text typed."""
+    from rhythm.teacher.output import GenerateConfig
+
+    assert load_config(GenerateConfig, None, ["llm.api_version=2024-06-01"]).llm.api_version == "2024-06-01"
+    path = tmp_path / "g.yaml"
+    path.write_text("llm:\n  api_version: 2024-10-21\n")
+    assert load_config(GenerateConfig, path).llm.api_version == "2024-10-21"
+
+
+@dataclass(frozen=True)
+class Rate:
+    low: Annotated[float, Ge(0)]
+    high: Annotated[float, Ge(0)]
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Rates:
+    rates: dict[str, Rate] = field(default_factory=dict)
+
+
+def test_each_entry_of_a_mapping_of_sections_is_checked_like_a_section(tmp_path: Path) -> None:
+    """``rates: {NAME: Rate}``: a misspelt key of an entry is refused with the nearest valid name (pydantic would drop
+    it in silence), a missing field and a bound broken are named with where they are, in a file as on the command line;
+    an entry built in code is held to its bounds by check_bounds."""
+    assert load_config(Rates, None, ["rates={a: {low: 1, high: 2}}"]).rates == {"a": Rate(1.0, 2.0)}
+    with pytest.raises(RhythmError, match=r"unknown key 'hihg' in rates.a \(Rate\); did you mean 'high'\?"):
+        load_config(Rates, None, ["rates={a: {low: 1, hihg: 2}}"])
+    path = tmp_path / "r.yaml"
+    path.write_text("rates:\n  a: {low: 1}\n")
+    with pytest.raises(RhythmError, match=r"r.yaml: rates=.* \(a.high: Field required\)"):
+        load_config(Rates, path)
+    with pytest.raises(RhythmError, match=r"\(a.low: Input should be greater than or equal to 0\)"):
+        load_config(Rates, None, ["rates={a: {low: -1, high: 2}}"])
+    with pytest.raises(RhythmError, match=r"^x.rates.b.high=-2: input should be greater than or equal to 0$"):
+        check_bounds(Rates({"a": Rate(0, 1), "b": Rate(1, -2)}), "x.")

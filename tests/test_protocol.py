@@ -40,6 +40,8 @@ def act(name: str) -> int:
         ("BELIEF: S=0.30 M=0.70 W=0.55 (was M=0.60)\nACTION: NAP", "NAP", (0.3, 0.7, 0.55)),  # a line's first value
         ("### Action: Exercise.", "EXERCISE", None),
         ("> ACTION:   admin  ", "ADMIN", None),
+        ("BELIEF: S=30% M=70% W=55%\nACTION: NAP", "NAP", (0.30, 0.70, 0.55)),  # a percentage, not 30 clipped to 1
+        ("BELIEF: S=30 % M=0.7 W=150%\nACTION: NAP", "NAP", (0.30, 0.70, 1.0)),
     ],
 )
 def test_parses_tolerant_forms(text, action, belief) -> None:
@@ -206,6 +208,23 @@ def test_never_raises_on_any_text(text: str) -> None:
 
 
 beliefs = st.tuples(*[st.floats(0, 1, allow_nan=False)] * 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(percents=st.tuples(*[st.integers(0, 100)] * 3), space=st.sampled_from(["", " "]), noise=st.text(max_size=20))
+def test_a_belief_in_percent_is_read_as_a_share(percents, space, noise) -> None:
+    text = f"{noise}\nBELIEF: " + " ".join(f"{d}={p}{space}%" for d, p in zip("SMW", percents)) + "\nACTION: NAP"
+    r = parse_reply(text)
+    assert r.ok and r.belief == pytest.approx(tuple(p / 100 for p in percents))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["BELIEF:", "S=", "M=", "W=", "%", " ", "-", ".", "5", "30", "1e9", "\n", "ACTION: NAP"]),
+                max_size=30))
+def test_never_raises_on_belief_shaped_text(parts) -> None:
+    r = parse_reply("".join(parts))
+    assert 0 <= r.action < len(ACTIONS)
+    assert r.belief is None or all(0.0 <= v <= 1.0 for v in r.belief)
 
 
 @settings(max_examples=200, deadline=None)

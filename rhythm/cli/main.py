@@ -3,11 +3,14 @@
 Errors funnel through :func:`main`: bad input (a :class:`RhythmError` or a usage error) prints one line
 on stderr and exits 2; ``RHYTHM_DEBUG=1`` shows the traceback instead. A reader that closes stdout early
 (``rhythm generate --output - | head -1``) ends the command with exit 1 and no traceback: Typer catches
-the broken pipe inside ``command.main`` and quiets stdout's last flush, so nothing here handles it.
+the broken pipe inside ``command.main`` and quiets stdout's last flush, so nothing here handles it. A write
+the disk refuses (full, over quota, failing: ``--output`` on a full disk, or ``--output -`` into one) is one
+line and exit 2; what was written before it stays.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Annotated
@@ -72,6 +75,19 @@ app.command("quickstart")(quickstart_command)
 app.add_typer(analyze_app, name="analyze")
 
 
+FULL_OR_FAILING = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
+"""Errors of a write the disk refused (full, over quota, too large, failing): the user's to fix, told in one line."""
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at the null device, so the exit's flush of what stdout still holds cannot fail again (a full
+    disk behind ``--output -``) and print a second error."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout closed or not a file: nothing left to flush to it
+        pass
+
+
 def _fail(message: str, code: int = 2) -> None:
     message = " ".join(str(message).split())
     print(f"rhythm: error: {message}", file=sys.stderr)
@@ -105,6 +121,10 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _fail(str(exc), exc.exit_code)
     except OSError as exc:
+        if not debug and exc.errno in FULL_OR_FAILING:  # a write that failed (the path is not always known: stdout)
+            _quiet_stdout()
+            _fail(f"cannot write the output: {exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)}); "
+                  "what was written before stays; free space (or fix the device) and rerun")
         if debug or exc.filename is None:  # not about a path the user named: a bug or the network, keep the trace
             raise
         paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)

@@ -19,6 +19,10 @@ Used by ``rhythm generate --teacher openai|azure`` (:mod:`rhythm.teacher.llm_gen
   where the choices should be) is a failed request, like a 5xx after its retries: it is not sent again
   (a server may have billed it), and the error carries the server's message or the start of the body.
   A completion with an empty ``choices`` list is a reply with no text (re-asked, then the fallback).
+- A reply's text is always a string (:func:`reply_text`): content parts some gateways send are joined, a
+  refusal is kept, and any other content is no text, so nothing but text is recorded or sent back.
+- A 400 saying the conversation is past the model's context (``context_length_exceeded``, vLLM's "maximum
+  context length") stops the run and points at ``llm.history_turns``, which keeps only the last K steps.
 - Keys and tokens come from the environment only: they are never config fields, and every error
   message that leaves this module goes through :meth:`Redactor.redact`.
 - Request fields that are not configured are left out of the request, never sent as null.
@@ -43,7 +47,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from annotated_types import Ge, Gt
 
-from rhythm.config import Positive, check_bounds
+from rhythm.config import NonNegative, Positive, check_bounds
 from rhythm.errors import RhythmError
 from rhythm.protocol import FORMAT_REMINDER, ParsedReply, parse_reply
 
@@ -56,13 +60,14 @@ AUTH_MODES = ("auto", "key", "entra")
 
 @dataclass(frozen=True)
 class Price:
-    """USD per 1M tokens of one model."""
+    """USD per 1M tokens of one model. ``input`` and ``output`` have no default: a price that leaves one out
+    (or misspells it) would make those tokens free and let ``max_cost_usd`` pass in silence."""
 
-    input: float = 0.0
+    input: NonNegative
     """Per 1M prompt tokens not served from the server's prompt cache."""
-    output: float = 0.0
+    output: NonNegative
     """Per 1M completion tokens (reasoning tokens included, as the API counts them)."""
-    cached_input: float | None = None
+    cached_input: NonNegative | None = None
     """Per 1M prompt tokens the server served from its prompt cache (usage.prompt_tokens_details.cached_tokens;
     OpenAI and Azure bill them at a fraction of ``input``); null: the input price."""
 
@@ -365,6 +370,12 @@ def _api_code(exc: Any) -> str:
     return str(code or "")
 
 
+def _context_too_long(code: str, message: str) -> bool:
+    """A 400 that says the prompt does not fit the model's context: OpenAI's and Azure's code
+    ``context_length_exceeded``, or vLLM's "This model's maximum context length is N tokens"."""
+    return code == "context_length_exceeded" or "maximum context length" in message.lower()
+
+
 def _retries_taken(exc: Any) -> int | None:
     """How many retries the client made before ``exc``: the count its last attempt carried in
     ``x-stainless-retry-count`` (None when that request or header is missing)."""
@@ -460,6 +471,21 @@ def _completion_of(raw: Any) -> Any:
     return parsed
 
 
+def reply_text(message: Any) -> str:
+    """The text of a reply's message, always a string: ``content`` when it is one; the ``text`` of each part, joined,
+    when a gateway sends content parts (``[{"type": "text", "text": ...}]``); else the model's refusal
+    (``message.refusal``), so the record keeps what it said. Anything else (null, a number, an object) is no text:
+    a parse failure, re-asked like any other, and never sent back to the server as it came."""
+    content = getattr(message, "content", None)
+    if isinstance(content, list):
+        texts = (part.get("text") if isinstance(part, dict) else getattr(part, "text", None) for part in content)
+        content = "".join(t for t in texts if isinstance(t, str))
+    if isinstance(content, str) and content:
+        return content
+    refusal = getattr(message, "refusal", None)
+    return refusal if isinstance(refusal, str) else ""
+
+
 class ChatClient:
     """An async chat endpoint: ``await complete(messages)``; ``await aclose()`` when done.
 
@@ -538,8 +564,7 @@ class ChatClient:
         except Exception as exc:  # classified, redacted and re-raised
             raise self._classify(exc) from None
         choice = resp.choices[0] if resp.choices else None
-        message = choice.message if choice is not None else None
-        text = (message.content if message is not None else None) or ""
+        text = reply_text(choice.message if choice is not None else None)
         finish = getattr(choice, "finish_reason", None)
         usage = resp.usage
         if usage is None:
@@ -575,6 +600,11 @@ class ChatClient:
                 return FatalAPIError(f"{where} has no {self.target.name!r} (404 Not Found): check {what}. Server said: {message}")
             if status == 429 and code == "insufficient_quota":
                 return FatalAPIError(f"{where} says the quota is used up (429 insufficient_quota): check billing. Server said: {message}")
+            if status in (400, 422) and _context_too_long(code, message):
+                return FatalAPIError(
+                    f"{where} says the conversation is longer than the model's context ({status} {code or 'context length'}): "
+                    "protocol v2 sends the whole week so far; send only the last K steps with --set llm.history_turns=K "
+                    f"(e.g. 8), or serve the model with a longer context. Server said: {message}")
             if status in (400, 422) and code != "content_filter":
                 return FatalAPIError(f"{where} rejected the request ({status}): check llm settings such as temperature, max_tokens, reasoning_effort. Server said: {message}")
             retried = ""

@@ -62,7 +62,7 @@ from rhythm.model.llm_client import (
 from rhythm.protocol import conversation
 from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl
-from rhythm.teacher.output import GenerateConfig, GenerateSummary, data_hash, open_output
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
 
 
 @dataclass
@@ -259,7 +259,9 @@ def prune_errors(path: Path, done: set[tuple[str, str, int]]) -> None:
 
 
 def written_config(cfg: GenerateConfig) -> GenerateConfig:
-    """The config as recorded beside the data: URLs without passwords or secret query values."""
+    """The config as recorded beside the data: the teacher spelt :func:`~rhythm.teacher.output.canonical`, URLs
+    without passwords or secret query values."""
+    cfg = canonical(cfg)
     llm = cfg.llm
     return replace(
         cfg,

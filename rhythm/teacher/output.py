@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.config import change_since, config_dict, config_hash, write_config
 from rhythm.errors import RhythmError
-from rhythm.model.llm_client import SENDING, LLMConfig
+from rhythm.model.llm_client import PROVIDERS, SENDING, LLMConfig
 from rhythm.provenance import made_by
 from rhythm.records import JsonlWriter, done_keys, sidecar_path
 
@@ -67,9 +67,23 @@ answers for the model (the sidecar records it), how many at once, retries and bu
 leaves them out, so a resumed or a parallel run matches."""
 
 
+def canonical(cfg: GenerateConfig) -> GenerateConfig:
+    """``cfg`` with a chat-model teacher spelt one way: ``--teacher openai:NAME`` as ``--teacher openai --model NAME``,
+    ``azure:NAME`` as ``--teacher azure --deployment NAME`` (the provider in lower case). Both spellings make the same
+    weeks, so they hash and record alike and either resumes the other's file; the long form is kept as it was, so
+    files written before hash as they did. Other teachers are left as they are."""
+    kind, _, arg = cfg.teacher.partition(":")
+    provider, name = kind.strip().lower(), arg.strip()
+    if provider not in PROVIDERS:
+        return cfg
+    llm = replace(cfg.llm, **{"model" if provider == "openai" else "deployment": name}) if name else cfg.llm
+    return replace(cfg, teacher=provider, llm=llm)
+
+
 def data_hash(recorded: GenerateConfig) -> str:
-    """The ``config_hash`` every record of a generate run carries: the teacher and its settings."""
-    return config_hash(recorded, ignore=HOW_NOT_WHAT)
+    """The ``config_hash`` every record of a generate run carries: the teacher and its settings, spelt
+    :func:`canonical`."""
+    return config_hash(canonical(recorded), ignore=HOW_NOT_WHAT)
 
 
 @contextmanager

@@ -5,7 +5,8 @@
 
 One plain commit per upload: the repo is created if needed, every file goes up, and ``README.md`` is
 written from the files themselves: for episode JSONL, the schema and env versions, teacher, conditions,
-splits, seeds, counts, scores and API cost (``usage.cost_usd``); for an SFT run folder, the base model,
+splits, seeds, counts, scores and API cost (``usage.cost_usd``; "unknown", or "at least", when some weeks' cost is
+not known: an unknown cost is never counted as 0); for an SFT run folder, the base model,
 the data and the losses. A dataset card covers every episode file the repo holds after the commit, not
 only this upload's: the earlier ones are read back through the client's download cache, and the card's
 ``data_files`` lists each of them by name (a glob would also take in JSONL that is not episodes, which
@@ -117,6 +118,7 @@ def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
     seeds: dict[tuple[str, str], list[int]] = {}
     finals, finals_v2, maes = [], [], []
     usage: Counter[str] = Counter()
+    cost, cost_unknown = 0.0, 0
     created = []
     for path in paths:
         for _where, rec in read_episodes(str(path)):
@@ -138,6 +140,9 @@ def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
             for key, v in (rec.get("usage") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     usage[key] += v
+            known = episode_cost(rec.get("usage") or {})
+            cost_unknown += known is None
+            cost += known or 0.0
             if rec.get("created_at"):
                 created.append(str(rec["created_at"]))
 
@@ -157,11 +162,33 @@ def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
         "mean_final_score": mean(finals),
         "mean_final_score_v2": mean(finals_v2),
         "mean_belief_mae": mean(maes),
-        "cost_usd": round(float(usage.get("cost_usd", 0.0)), 4),
+        "cost_usd": round(cost, 4),
+        "cost_unknown": cost_unknown,
         "prompt_tokens": int(usage.get("prompt_tokens", 0)),
         "completion_tokens": int(usage.get("completion_tokens", 0)),
         "created": [min(created), max(created)] if created else None,
     }
+
+
+def episode_cost(usage: dict[str, Any]) -> float | None:
+    """An episode's API cost from its ``usage``: ``cost_usd`` when it is a number; 0 for an episode that sent no
+    request (no ``cost_usd``, no tokens: a CPU teacher); None when it is unknown (no price for the model, or replies
+    without usage), which the card never counts as 0."""
+    cost = usage.get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost):
+        return float(cost)
+    sent = any(usage.get(key) for key in ("prompt_tokens", "completion_tokens", "requests", "usage_missing"))
+    return None if "cost_usd" in usage or sent else 0.0
+
+
+def cost_text(cost_usd: float, unknown: int, episodes: int) -> str:
+    """A card's cost: the dollars when every week's cost is known, "unknown" when none is, else a lower bound
+    that says how many weeks it leaves out."""
+    if not unknown:
+        return f"${cost_usd:.2f}"
+    if unknown >= episodes:
+        return "unknown"
+    return f"at least ${cost_usd:.2f} ({unknown} {'week' if unknown == 1 else 'weeks'} without a known cost)"
 
 
 def _front_matter(meta: dict[str, Any]) -> str:
@@ -187,7 +214,8 @@ def dataset_card(repo_id: str, files: dict[str, dict[str, Any]], others: Sequenc
     rows = "\n".join(
         f"| `{name}` | {s['episodes']} | {s['steps']} | {', '.join(s['agents'])} | {', '.join(s['conditions'])} | "
         f"{', '.join(s['splits'])} | {'; '.join(f'{k}: {v}' for k, v in s['seeds'].items())} | "
-        f"{_fmt(s['mean_final_score'])} | {_fmt(s['mean_final_score_v2'])} | ${s['cost_usd']:.2f} |"
+        f"{_fmt(s['mean_final_score'])} | {_fmt(s['mean_final_score_v2'])} | "
+        f"{cost_text(s['cost_usd'], s.get('cost_unknown', 0), s['episodes'])} |"
         for name, s in sorted(files.items())
     )
     return _card("dataset", meta, f"""
@@ -211,7 +239,7 @@ then the episode's grades and API usage. `rhythm sft --data FILE` turns them int
 | parse failures (steps) | {total['parse_failures']} |
 | mean final score (v3 / v2) | {_fmt(total['mean_final_score'])} / {_fmt(total['mean_final_score_v2'])} |
 | mean belief MAE | {_fmt(total['mean_belief_mae'])} |
-| cost | ${total['cost_usd']:.2f} ({total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens) |
+| cost | {cost_text(total['cost_usd'], total['cost_unknown'], total['episodes'])} ({total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens) |
 | created | {' .. '.join(total['created']) if total['created'] else '-'} |
 
 ## Files
@@ -254,11 +282,12 @@ def episode_stats_merge(stats: list[dict[str, Any]]) -> dict[str, Any]:
     """Totals over several files' :func:`episode_stats` (means weighted by episodes)."""
     out: dict[str, Any] = {"episodes": 0, "steps": 0, "parse_failures": 0, "schema": set(), "env_version": set(),
                            "agents": Counter(), "conditions": Counter(), "splits": Counter(), "seeds": {},
-                           "cost_usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "created": None}
+                           "cost_usd": 0.0, "cost_unknown": 0, "prompt_tokens": 0, "completion_tokens": 0, "created": None}
     weighted: dict[str, list[tuple[float, int]]] = {"mean_final_score": [], "mean_final_score_v2": [], "mean_belief_mae": []}
     for s in stats:
         for k in ("episodes", "steps", "parse_failures", "cost_usd", "prompt_tokens", "completion_tokens"):
             out[k] += s[k]
+        out["cost_unknown"] += s.get("cost_unknown", 0)
         out["schema"].update(s["schema"])
         out["env_version"].update(s["env_version"])
         for k in ("agents", "conditions", "splits"):

@@ -92,3 +92,29 @@ def test_generate_records_cached_tokens_and_the_budget_stops_at_the_true_spend(t
     tokens_in = sum(u["prompt_tokens"] for u in usages)
     tokens_cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
     assert f"{tokens_in:,} in ({tokens_cached:,} cached) / 0 out" in err
+
+
+@pytest.mark.parametrize("price, needle", [
+    ("{m: {inptu: 100, outptu: 100}}", "unknown key 'inptu' in prices.m (Price); did you mean 'input'?"),
+    ("{m: {}}", "(m.input: Field required)"),
+    ("{m: {input: 2.5}}", "(m.output: Field required)"),
+    ("{m: {input: -50, output: 1}}", "(m.input: Input should be greater than or equal to 0)"),
+    ("{m: {input: 1, output: 1, cached_input: -1}}", "(m.cached_input: Input should be greater than or equal to 0)"),
+], ids=["misspelt", "empty", "no-output", "negative", "negative-cached"])
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_a_price_that_would_let_the_budget_pass_is_refused_before_anything_is_sent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli, command: str, price: str, needle: str) -> None:
+    """A misspelt, missing or negative price would make tokens free (or refund them) and ``--max-cost-usd`` would never
+    stop the run: the generate teacher and the eval agent both refuse it with one line, exit 2, before any request."""
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAI(api_key=KEY) as server:
+        if command == "generate":
+            args = ["generate", "--teacher", "openai:m", "--base-url", server.base_url, "--seeds", "0-3",
+                    "-o", "bg.jsonl", "--max-cost-usd", "0.001", "--quiet"]
+        else:
+            args = ["eval", "--agent", "openai:m", "--seeds", "0", "--condition", "discrete", "--set", f"llm.base_url={server.base_url}",
+                    "--set", "llm.max_cost_usd=0.001", "--set", "references=[]"]
+        code, _, err = run_cli(*args, "--set", f"llm.prices={price}")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("rhythm: error:") and needle in lines[0], err
+    assert server.seen == [] and list(tmp_path.iterdir()) == []

@@ -348,8 +348,13 @@ def test_consecutive_failures_stop_the_run(tmp_path: Path, openai_key: str) -> N
         (Fail(400, "Unsupported value: 'temperature'", "unsupported_value"), "rejected the request (400): check llm settings"),
         (Fail(422, "Unprocessable entity"), "rejected the request (422): check llm settings"),
         (Fail(403, "Project does not have access", "model_not_found"), "denied access (403 Forbidden): check the key's or identity's permissions"),
+        (Fail(400, "This model's maximum context length is 16384 tokens. However, you requested 16900 tokens."),
+         "longer than the model's context (400 context length): protocol v2 sends the whole week so far; send only the "
+         "last K steps with --set llm.history_turns=K"),
+        (Fail(400, "Input tokens exceed the configured limit of 8192 tokens.", "context_length_exceeded"),
+         "longer than the model's context (400 context_length_exceeded)"),
     ],
-    ids=["429-insufficient_quota", "400", "422", "403"],
+    ids=["429-insufficient_quota", "400", "422", "403", "400-vllm-context", "400-context_length_exceeded"],
 )
 def test_fatal_statuses_stop_the_run_with_one_line_and_keep_what_was_written(tmp_path, openai_key, run_cli, fail, needle) -> None:
     """Seed 0 is played, then every request fails: the run stops (nothing retried past the client's own
@@ -461,6 +466,51 @@ def test_malformed_reply_gets_one_reask_then_the_fallback(tmp_path: Path, openai
     assert summary.parse_failures == 1 and summary.extra["re-asks"] == 2 and summary.extra["replies without usage"] == 1
 
 
+def test_content_parts_are_joined_and_content_that_is_not_text_is_no_text(tmp_path: Path, openai_key: str) -> None:
+    """Some gateways send ``content`` as a list of parts: their text, joined, is the reply. A number or an object is no
+    text (a parse failure, re-asked): the record and every later request carry text only, and the file reads back."""
+    from rhythm.records import read_episodes
+
+    said = {}
+
+    def handler(seen):
+        if seen.n == 0:
+            said["text"] = protocol_reply(seen.observation)
+            cut = said["text"].index("ACTION")
+            return Reply([{"type": "text", "text": said["text"][:cut]}, {"type": "text", "text": said["text"][cut:]}])
+        if seen.n == 1:
+            return Reply(123)
+        if seen.n == 2:
+            return Reply({"type": "text", "text": "ACTION: NAP"})
+        return None
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(_cfg(server, tmp_path))
+    seen = server.seen
+    assert seen[2].messages[-2:] == [{"role": "assistant", "content": ""}, {"role": "user", "content": FORMAT_REMINDER}]
+    assert seen[3].messages[2] == {"role": "assistant", "content": said["text"]}
+    assert all(isinstance(m["content"], str) for s in seen for m in s.messages)
+    ((_, rec),) = list(read_episodes(str(tmp_path / "t.jsonl")))
+    s0, s1 = rec["steps"][0], rec["steps"][1]
+    assert s0["parse_ok"] and s0["response"] == said["text"] and s0["usage"]["requests"] == 1
+    assert not s1["parse_ok"] and s1["response"] == "" and s1["action"] == FALLBACK_ACTION and s1["usage"]["requests"] == 2
+    assert all(isinstance(s["response"], str) for s in rec["steps"]) and summary.parse_failures == 1
+
+
+def test_a_refusal_is_kept_as_the_replys_text(tmp_path: Path, openai_key: str) -> None:
+    """A reply with no content but a ``refusal`` is a parse failure (re-asked) whose record keeps what the model said."""
+    refusal = "I can't help with planning someone's week."
+    body = orjson.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": None, "refusal": refusal}}],
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+    with FakeOpenAI(api_key=KEY, handler=lambda s: Raw.ok(body) if s.n in (0, 1) else None) as server:
+        _run(_cfg(server, tmp_path))
+    assert server.seen[1].messages[-2] == {"role": "assistant", "content": refusal}
+    (rec,) = _records(tmp_path / "t.jsonl")
+    assert rec["steps"][0]["response"] == refusal and not rec["steps"][0]["parse_ok"]
+
+
 # ---------------------------------------------------------------------------------------------------
 # A 200 that is not a chat completion: a failed request of its episode, the server's words kept
 
@@ -542,7 +592,7 @@ def test_eval_agent_stops_once_a_reply_comes_without_usage_under_a_budget(openai
     from rhythm.agents.llm import LLMAgent
 
     with FakeOpenAI(api_key=KEY, handler=lambda s: Reply(protocol_reply(s.observation), usage=None)) as server:
-        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, prices={"m": Price(input=1.0)}, max_cost_usd=1.0,
+        agent = LLMAgent("openai", "m", LLMConfig(base_url=server.base_url, prices={"m": Price(input=1.0, output=0.0)}, max_cost_usd=1.0,
                                                   concurrency=1))
         try:
             with pytest.raises(RhythmError, match="came without usage.*drop llm.max_cost_usd"):
@@ -592,6 +642,38 @@ def test_resume_requests_nothing_already_finished(tmp_path: Path, openai_key: st
         again = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), resume=True))
         assert server.seen == [] and again.episodes == 0 and again.skipped == 4
     assert sorted(r["seed"] for r in _records(tmp_path / "t.jsonl")) == [0, 1, 2, 3]
+
+
+LONG_FORM_HASH = "d9adbf089f3c"
+"""The records' config_hash of ``--teacher openai --model m`` (everything else default), as the code before the two
+spellings were made one computed it: files written then must still resume."""
+
+
+def test_both_spellings_of_a_model_make_one_run_that_resumes_either_way(tmp_path: Path, openai_key: str, run_cli) -> None:
+    """``--teacher openai --model m`` and ``--teacher openai:m`` are the same teacher: one file takes both in turn on
+    ``--resume``, every record carries the long form's hash (unchanged from before), the sidecar records that form."""
+    out = tmp_path / "rs.jsonl"
+    with FakeOpenAI(api_key=KEY) as server:
+        for teacher, seeds in ((["--teacher", "openai", "--model", "m"], "0"), (["--teacher", "openai:m"], "0-1"),
+                               (["--teacher", "OpenAI", "--model", "m"], "0-2")):
+            code, _, err = run_cli("generate", *teacher, "--base-url", server.base_url, "--seeds", seeds, "-o", str(out),
+                                   "--quiet", *(["--resume"] if seeds != "0" else []))
+            assert code == 0, err
+            sidecar = yaml.safe_load((tmp_path / "rs.jsonl.config.yaml").read_text())
+            assert (sidecar["teacher"], sidecar["llm"]["model"]) == ("openai", "m")
+            assert sidecar["_provenance"]["config_hash"] == LONG_FORM_HASH
+    assert len(server.seen) == 3 * 28
+    assert [(r["seed"], r["config_hash"]) for r in _records(out)] == [(s, LONG_FORM_HASH) for s in range(3)]
+
+
+def test_azure_name_spellings_hash_alike_and_the_long_form_as_before() -> None:
+    from rhythm.teacher.output import data_hash
+
+    endpoint = "llm.endpoint=https://r.openai.azure.com"
+    long_form = load_config(GenerateConfig, None, ["teacher=azure", "llm.deployment=d", endpoint])
+    assert data_hash(long_form) == "74d3710a9371"  # as computed before the spellings were made one
+    assert data_hash(load_config(GenerateConfig, None, ["teacher=azure:d", endpoint])) == data_hash(long_form)
+    assert data_hash(load_config(GenerateConfig, None, ["teacher=azure:e", endpoint])) != data_hash(long_form)
 
 
 def test_budget_stops_cleanly_via_the_cli(tmp_path: Path, openai_key: str, run_cli) -> None:
