@@ -49,13 +49,14 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _suggest(key: str, valid: Iterable[str]) -> str:
+def _suggest(key: str, valid: Iterable[str], prefix: str = "") -> str:
     close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+    return f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(valid))}"
 
 
-def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Merge ``values`` into the field dict ``base`` of dataclass ``cls`` with validation."""
+def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+    """Merge ``values`` into the field dict ``base`` of dataclass ``cls`` with validation (``prefix``: the section
+    ``cls`` is, ``branch.``, so a message names a key as it was given)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = _hints(cls)
     out = dict(base)
@@ -67,8 +68,8 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
                 raise RhythmError(f"{where}: {raw_key!r} is no longer a key of {cls.__name__}: {cls.RETIRED[head]}")
             moved = [f"{name}.{head}" for name in fields if dataclasses.is_dataclass(hints[name])
                      and head in {f.name for f in dataclasses.fields(hints[name])}]  # a key that lives in a section
-            suggestion = f"; did you mean {moved[0]!r}?" if moved else _suggest(head, fields)
-            raise RhythmError(f"{where}: unknown key {raw_key!r} for {cls.__name__}{suggestion}")
+            suggestion = f"; did you mean {moved[0]!r}?" if moved else _suggest(head, fields, prefix)
+            raise RhythmError(f"{where}: unknown key {prefix + str(raw_key)!r} for {cls.__name__}{suggestion}")
         hint = hints[head]
         if dataclasses.is_dataclass(hint):
             sub = out[head]
@@ -76,7 +77,7 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
             update = {rest: value} if rest else value
             if not isinstance(update, Mapping):
                 raise RhythmError(f"{where}: {head!r} takes a mapping of {hint.__name__} fields, got {value!r}")
-            out[head] = hint(**_apply(hint, sub_base, update, where))
+            out[head] = hint(**_apply(hint, sub_base, update, where, f"{prefix}{head}."))
             continue
         if rest and (typing.get_origin(hint) or hint) is dict:  # a mapping field (a stage's overrides): one key of it
             value = {**(out.get(head) or {}), rest: value}

@@ -72,7 +72,7 @@ class FakeHub:
         self.requests: list[Request] = []
         self.repos: dict[tuple[str, str], Repo] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
-        self.faults: list[tuple[str, str | None, int, str]] = []
+        self.faults: list[list[Any]] = []  # [fragment, method, status, message, times left (None: all), headers]
         self.drops: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         hub = self
@@ -144,10 +144,11 @@ class FakeHub:
     def requests_to(self, fragment: str, method: str | None = None) -> list[Request]:
         return [r for r in self.requests if fragment in r.path and (method is None or r.method == method)]
 
-    def fail(self, fragment: str, status: int, message: str, method: str | None = None) -> None:
+    def fail(self, fragment: str, status: int, message: str, method: str | None = None, times: int | None = None,
+             headers: dict[str, str] | None = None) -> None:
         """From now on, answer requests whose path contains ``fragment`` (and method, if given) with
-        ``status`` and the Hub's JSON error body."""
-        self.faults.append((fragment, method, status, message))
+        ``status``, ``headers`` and the Hub's JSON error body: the next ``times`` such requests (None: all)."""
+        self.faults.append([fragment, method, status, message, times, headers or {}])
 
     def drop(self, fragment: str, method: str | None = None) -> None:
         """From now on, close the connection of requests whose path contains ``fragment`` (and method,
@@ -167,9 +168,13 @@ class FakeHub:
     # ---------------------------------------------------------------- routes
     def route(self, req: Request) -> tuple[int, dict[str, str], bytes]:
         p = req.path
-        for fragment, method, status, message in self.faults:
-            if fragment in p and method in (None, req.method):
-                return self._json(status, {"error": message})
+        with self.lock:  # a fault that answers N times counts them across the server's threads
+            for fault in self.faults:
+                fragment, method, status, message, times, headers = fault
+                if fragment in p and method in (None, req.method) and times != 0:
+                    if times is not None:
+                        fault[4] = times - 1
+                    return self._json(status, {"error": message}, headers)
         if p == "/api/whoami-v2":
             if not self._authorized(req):
                 return self._json(401, {"error": "Invalid credentials in Authorization header"})

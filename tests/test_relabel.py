@@ -134,3 +134,27 @@ def test_relabelling_in_batches_labels_each_week_as_alone(tmp_path: Path, monkey
     relabel.relabel_command(str(tmp_path / "weeks.jsonl"), str(tmp_path / "own.jsonl"), 0.25, quiet=True)
     own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]
     assert own == orjson.loads(orjson.dumps(filtered_weeks(played, 0.25)))
+
+
+def test_relabel_refuses_eval_weeks_and_resumes_what_a_killed_run_wrote(run_cli, tmp_path: Path) -> None:
+    """What relabel writes is SFT data: an eval-split week is refused here (it used to pass, and only the next stage
+    refused it). Each batch is written as it is labelled, so a killed run resumes to the file an unkilled one
+    writes; an output that exists needs --resume, and a resume with another restore_below is refused."""
+    ev = tmp_path / "eval.jsonl"
+    _weeks(ev, "heuristic", [EpisodeSpec("in-dist", "eval", 1)])
+    code, _, err = run_cli("relabel", str(ev), "-o", str(tmp_path / "x.jsonl"))
+    assert code == 2 and f"{ev}:1: a week of an eval-split person" in err and not (tmp_path / "x.jsonl").exists()
+    weeks = tmp_path / "weeks.jsonl"
+    _weeks(weeks, "heuristic", [EpisodeSpec("in-dist", "train", s) for s in range(3)])
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    assert run_cli("relabel", str(weeks), "-o", str(whole))[0] == 0
+    lines = whole.read_bytes().splitlines(keepends=True)
+    cut.write_bytes(lines[0] + lines[1][:40])  # killed in the second week's line
+    (tmp_path / "cut.jsonl.config.yaml").write_bytes((tmp_path / "whole.jsonl.config.yaml").read_bytes())
+    code, _, err = run_cli("relabel", str(weeks), "-o", str(cut))
+    assert code == 2 and "exists; pass --resume" in err
+    code, _, err = run_cli("relabel", str(weeks), "-o", str(cut), "--resume", "--restore-below", "0.25")
+    assert code == 2 and "relabelled with restore_below=None" in err
+    code, _, err = run_cli("relabel", str(weeks), "-o", str(cut), "--resume")
+    assert code == 0 and "relabelled 2 weeks" in err and "(1 already there)" in err
+    assert cut.read_bytes() == whole.read_bytes()

@@ -42,4 +42,6 @@ def upload_command(
     result = upload(paths, repo, repo_type=repo_type, private=private, card=not no_card,
                     commit_message=message)
     err_console.print(f"uploaded {len(result.files)} files to {result.repo_url}")
+    for note in result.notes:
+        err_console.print(note, markup=False, highlight=False)
     sys.stdout.write(f"{result.repo_url}\t{result.commit_url}\n")

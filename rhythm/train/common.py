@@ -284,7 +284,8 @@ def write_summary(cfg: Any, stage: str, summary: dict[str, Any], commit_message:
     if card is not None:  # in place of TRL's card, which names no local base model
         (out / "README.md").write_text(card)
     if cfg.push_to_hub:
-        summary["hub_url"] = push_folder(out, cfg.hub_model_id, private=cfg.hub_private, commit_message=commit_message)
+        summary["hub_url"] = push_folder(out, cfg.hub_model_id, private=cfg.hub_private, commit_message=commit_message,
+                                         say=say)
         say(f"pushed {out} to {summary['hub_url']}")
         write_json(out / f"{stage}_summary.json", summary)
 

@@ -13,7 +13,9 @@ only this upload's: the earlier ones are read back through the client's download
 ``datasets.load_dataset`` cannot load beside them). The commit names the revision the card was computed
 on, so an upload that raced another one fails instead of writing a card that misses its files.
 
-A directory is uploaded as its contents at the repo root (``checkpoint-*`` folders skipped); a file goes
+A 429 or 5xx (the Hub busy for a moment) is tried again, up to :data:`HUB_ATTEMPTS` times, waiting what its
+``Retry-After`` says. A directory is uploaded as its contents at the repo root (``checkpoint-*`` folders and
+hidden files skipped), into a model repo only: a trained model's folder is refused for a dataset; a file goes
 to the root under its own name, with its ``<file>.config.yaml`` sidecar (written by ``rhythm generate``)
 when there is one. The token comes from ``HF_TOKEN`` or ``hf auth login``; the endpoint from
 ``HF_ENDPOINT``.
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import yaml
@@ -35,6 +38,8 @@ import yaml
 from rhythm.errors import RhythmError
 from rhythm.records import read_episodes, sidecar_path
 from rhythm.seeds import format_seeds
+
+T = TypeVar("T")
 
 REPO_TYPES = ("dataset", "model")
 SKIP_DIRS = ("checkpoint-",)
@@ -49,6 +54,8 @@ class UploadResult:
     commit_url: str
     commit_oid: str
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the uploader should know about what went up (an adapter whose base only this machine has)."""
 
 
 def require_token() -> str:
@@ -106,6 +113,39 @@ def hub_error_line(err: Exception) -> str:
 
 def _hub_error(err: Exception, what: str) -> RhythmError:
     return RhythmError(f"{what} failed: {hub_error_line(err)}")
+
+
+HUB_ATTEMPTS = 4
+"""Tries of a Hub request that a busy Hub refused (429, 5xx) before the refusal is the answer."""
+RETRY_AFTER_CAP = 60.0
+"""The longest ``Retry-After`` (seconds) waited for; a longer one is the answer at once."""
+
+
+def retrying(call: Callable[[], T], *, attempts: int = HUB_ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, tried again after a 429 or 5xx (the Hub busy for a moment) up to ``attempts`` times, waiting what
+    its ``Retry-After`` says or 0.5, 1, 2... seconds. Any other error, or the last refusal, is raised as it is. A
+    retried commit is safe: its ``parent_commit`` (where one is given) refuses to land twice."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    for attempt in range(attempts):
+        try:
+            return call()
+        except HfHubHTTPError as err:
+            response = getattr(err, "response", None)
+            status = getattr(response, "status_code", None) or 0
+            wait = _retry_after(response) if status == 429 else None
+            if attempt + 1 >= attempts or not (status == 429 or status >= 500) or (wait or 0) > RETRY_AFTER_CAP:
+                raise
+            sleep(wait if wait is not None else 0.5 * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _retry_after(response: Any) -> float | None:
+    """A response's ``Retry-After`` in seconds (None when absent or a date)."""
+    try:
+        return max(0.0, float(response.headers.get("retry-after")))
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 # ----------------------------------------------------------------------------- episode statistics
@@ -387,7 +427,8 @@ def upload_pairs(files: Sequence[str | Path]) -> tuple[list[tuple[Path, str]], l
         if path.is_dir():
             for child in sorted(path.rglob("*")):
                 rel = child.relative_to(path)
-                if not child.is_file() or any(part.startswith(SKIP_DIRS) for part in rel.parts) or child.name in SKIP_NAMES:
+                if (not child.is_file() or any(part.startswith(SKIP_DIRS) for part in rel.parts) or child.name in SKIP_NAMES
+                        or any(part.startswith(".") for part in rel.parts)):  # a stage stamp, a lock: this machine's
                     continue
                 pairs.append((child, rel.as_posix()))
         elif path.is_file():
@@ -425,33 +466,62 @@ def upload(
     if not files:
         raise RhythmError("nothing to upload; pass --files FILE...")
     pairs, jsonl = upload_pairs(files)
+    folders = [Path(f) for f in files if Path(f).is_dir()]
+    if repo_type == "dataset":
+        for folder in folders:
+            if any((folder / name).is_file() for name in MODEL_FILES) or any(folder.glob("*_summary.json")):
+                raise RhythmError(f"{folder} holds a trained model (a training run's folder); upload it to a model "
+                                  "repo: --repo-type model")
+    notes = [note for folder in folders if (note := local_base_note(folder))]
     readme: str | None = None
     new_stats = {p.name: episode_stats([p]) for p in jsonl} if card and repo_type == "dataset" else {}  # bad data fails here
     if card and repo_type == "model":
-        folders = [Path(f) for f in files if Path(f).is_dir()]
         readme = next((c for c in (model_card(repo_id, d) for d in folders) if c), None)
     token = require_token()
     api = HfApi(token=token)
     parent = None
     try:
-        repo_url = api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
+        repo_url = retrying(lambda: api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True))
         if new_stats:
-            parent, earlier, others = earlier_episode_files(api, repo_id, {remote for _, remote in pairs})
+            parent, earlier, others = retrying(lambda: earlier_episode_files(api, repo_id, {remote for _, remote in pairs}))
             readme = dataset_card(repo_id, {**earlier, **new_stats}, others)
         ops = [CommitOperationAdd(path_in_repo=remote, path_or_fileobj=str(local))
                for local, remote in pairs if not (readme and remote == "README.md")]
         if readme:
             ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
-        info = api.create_commit(
+        info = retrying(lambda: api.create_commit(
             repo_id, ops, repo_type=repo_type, parent_commit=parent,
             commit_message=commit_message or f"rhythm upload: {', '.join(sorted({r for _, r in pairs}))[:200]}",
-        )
+        ))
     except hub_errors() as err:
         raise _hub_error(err, f"upload to {repo_id}") from None
-    return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid), [op.path_in_repo for op in ops])
+    return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid),
+                        [op.path_in_repo for op in ops], notes)
 
 
-def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, commit_message: str | None = None) -> str:
-    """Upload a training output folder (no checkpoints) with its model card; returns the repo URL."""
+MODEL_FILES = ("config.json", "adapter_config.json")
+"""Files that make a folder a trained model's (full weights, a LoRA adapter)."""
+
+
+def local_base_note(folder: Path) -> str | None:
+    """A line when ``folder`` is a LoRA adapter whose base is a path on this machine: uploaded, it loads only where
+    that path exists (None otherwise)."""
+    try:
+        base = orjson.loads((folder / "adapter_config.json").read_bytes()).get("base_model_name_or_path")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    if not base or not Path(str(base)).expanduser().exists():
+        return None
+    return (f"note: the adapter in {folder} names its base as the local path {base}, which only this machine has; "
+            f"push the base too (rhythm upload --files {base} --repo USER/base --repo-type model) and name it in "
+            "adapter_config.json's base_model_name_or_path")
+
+
+def push_folder(folder: str | Path, repo_id: str, *, private: bool = True, commit_message: str | None = None,
+                say: Callable[[str], None] | None = None) -> str:
+    """Upload a training output folder (no checkpoints) with its model card; returns the repo URL. ``say`` hears
+    the upload's notes."""
     result = upload([folder], repo_id, repo_type="model", private=private, commit_message=commit_message)
+    for note in result.notes:
+        (say or (lambda msg: None))(note)
     return result.repo_url

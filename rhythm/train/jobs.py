@@ -98,8 +98,10 @@ def job_folder() -> Path:
 def data_files() -> list[str]:
     from huggingface_hub import hf_hub_download
 
+    names = [n for n in os.environ.get("RHYTHM_DATA_FILES", "").split(",") if n]
+    if not names:  # a GRPO run whose prompts are its rollout seeds alone
+        return []
     repo, revision = os.environ["RHYTHM_DATA_REPO"], os.environ.get("RHYTHM_DATA_REVISION") or None
-    names = [n for n in os.environ["RHYTHM_DATA_FILES"].split(",") if n]
     return [hf_hub_download(repo, n, repo_type="dataset", revision=revision) for n in names]
 
 
@@ -260,7 +262,8 @@ def plan_job(
         raise RhythmError(f"unknown flavor {flavor!r}; expected one of {', '.join(flavors)}")
     cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
     check_runs_elsewhere(cfg)
-    if not data:
+    timeout_seconds(timeout)
+    if not data and not getattr(cfg, "rollout_seeds", None):  # GRPO's rollout seeds are prompts without data
         raise RhythmError("no data given; pass --data FILE")
     uploads, names = [], []
     for item in data:
@@ -270,13 +273,15 @@ def plan_job(
         if path.is_file():
             uploads.append(str(path))
             names.append(path.name)
-        elif data_repo:
-            names.append(item)  # a file already in data_repo
+        elif data_repo and repo_path(item):
+            names.append(item)  # a file in data_repo: submit_job checks that it is there before anything is sent
         else:
-            raise RhythmError(f"file not found: {item} (or set jobs.data_repo to read it from a Hub dataset repo)")
-    if not data_repo:
+            raise RhythmError(f"file not found: {item}" + ("" if data_repo else
+                              " (or set jobs.data_repo to read it from a Hub dataset repo)"))
+    if names and not data_repo:
         raise RhythmError("a job reads its data from the Hub: set jobs.data_repo=user/name (local files are uploaded there)")
-    check_repo_id(data_repo, "data_repo")
+    if data_repo:
+        check_repo_id(data_repo, "data_repo")
 
     job_config = config_dict(cfg)
     job_config.update({"data": ",".join(names), "push_to_hub": True, "hub_model_id": run_repo, "resume_from_checkpoint": None})
@@ -290,7 +295,7 @@ def plan_job(
     env = {
         "RHYTHM_STAGE": stage,
         "RHYTHM_JOB_REPO": run_repo,
-        "RHYTHM_DATA_REPO": data_repo,
+        "RHYTHM_DATA_REPO": data_repo or "",
         "RHYTHM_DATA_FILES": ",".join(names),
         "RHYTHM_OUTPUT_REPO": run_repo,
         "PYTHONUNBUFFERED": "1",
@@ -299,9 +304,31 @@ def plan_job(
         env["HF_ENDPOINT"] = os.environ["HF_ENDPOINT"]  # a private Hub deployment: the job talks to the same one
     return JobPlan(
         stage=stage, flavor=flavor, namespace=namespace or run_repo.split("/")[0], run_repo=run_repo,
-        private=private, data_repo=data_repo, data_files=names, uploads=uploads, timeout=timeout,
+        private=private, data_repo=data_repo or "", data_files=names, uploads=uploads, timeout=timeout,
         files=files, env=env, labels={"rhythm-stage": stage},
     )
+
+
+def repo_path(item: str) -> bool:
+    """Whether a data path that is not a file here can name a file in the data repo: a relative path inside it
+    (``teacher.jsonl``, ``data/teacher.jsonl``), not an absolute one, a home one or one that climbs out."""
+    path = Path(item)
+    return not (path.is_absolute() or item.startswith("~") or ".." in path.parts)
+
+
+def timeout_seconds(timeout: str | int | float) -> int:
+    """``jobs.timeout`` in seconds, as the Jobs API reads it (a number, or one with an s / m / h / d suffix); any
+    other value is one line here, before anything is uploaded."""
+    text = str(timeout).strip()
+    factor = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(text[-1:], None)
+    try:
+        seconds = int(float(text[:-1]) * factor) if factor else int(text)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise RhythmError(f"jobs.timeout must be a positive number of seconds, or one with an s, m, h or d suffix "
+                          f"(3h, 90m), got {timeout!r}")
+    return seconds
 
 
 def check_runs_elsewhere(cfg: Any) -> None:
@@ -320,6 +347,21 @@ def check_runs_elsewhere(cfg: Any) -> None:
 def resumes(cfg: Any) -> bool:
     """Whether ``resume_from_checkpoint`` asks to resume (latest, true or a path)."""
     return getattr(cfg, "resume_from_checkpoint", None) not in (None, False, "", "none", "None", "false")
+
+
+def check_repo_files(api: Any, plan: JobPlan) -> None:
+    """The data files the job reads from ``data_repo`` without uploading them are there (a path mistyped here would
+    otherwise start a paid job that fails reading it)."""
+    uploaded = {Path(p).name for p in plan.uploads}
+    for name in plan.data_files:
+        if name in uploaded:
+            continue
+        try:
+            there = api.file_exists(plan.data_repo, name, repo_type="dataset")
+        except hub_errors() as err:
+            raise RhythmError(f"cannot check {name} in {plan.data_repo}: {hub_error_line(err)}") from None
+        if not there:
+            raise RhythmError(f"file not found: {name} (neither here nor in the dataset repo {plan.data_repo})")
 
 
 @dataclass
@@ -357,6 +399,7 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
 
     token = require_token()
     api = HfApi(token=token)
+    check_repo_files(api, plan)
     data_revision = None
     if plan.uploads:
         result = upload(plan.uploads, plan.data_repo, repo_type="dataset", private=plan.private)

@@ -55,7 +55,7 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "num_generations=1"], "num_generations=1: input should be greater than or equal to 2"),
         (["--set", "per_device_train_batch_size=12"], "(12 completions) must be divisible by num_generations (8)"),
         (["--mode", "episode", "--set", "reward_funcs=[final_score]", "--set", "reward_weights=null", "--set", "per_device_train_batch_size=5"], "per_device_train_batch_size (5) must divide it"),
-        (["--set", "step.max_episodes=10"], "unknown key 'max_episodes' for StepMode; did you mean 'max_prompts'?"),
+        (["--set", "step.max_episodes=10"], "unknown key 'step.max_episodes' for StepMode; did you mean 'step.max_prompts'?"),
         (["--set", "lora_rank=8"], "unknown key 'lora_rank' for GRPORunConfig; did you mean 'lora_r'?"),
         (["--set", "max_prompts=8"], "unknown key 'max_prompts' for GRPORunConfig; did you mean 'step.max_prompts'?"),
         (["--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
@@ -400,3 +400,25 @@ def test_grpo_adapter_given_the_sft_models_folder_trains_it_and_records_the_star
     assert (written["adapter"], written["model_name_or_path"], written["use_peft"]) == (None, str(sft_model), False)
     assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
     assert display_name(f"model:{out}") == "student (SFT+GRPO)"
+
+
+def test_a_lora_adapter_on_another_base_than_its_own_is_said_and_a_missing_one_refused(tmp_path, monkeypatch):
+    """The tiny configs start from runs/sft-tiny: beside an adapter trained on another base, that base used to load
+    in silence (another student), or, missing, be tried on the Hub for a minute before failing without the way out."""
+    from rhythm.errors import RhythmError
+    from rhythm.train.grpo.trainer import check_adapter_base
+
+    monkeypatch.chdir(tmp_path)
+    own, other, adapter = tmp_path / "sft", tmp_path / "sft-other", tmp_path / "lora"
+    for folder in (own, other, adapter):
+        folder.mkdir()
+    (adapter / "adapter_config.json").write_text(orjson.dumps({"base_model_name_or_path": str(own)}).decode())
+    said: list[str] = []
+    with pytest.raises(RhythmError, match=rf"model_name_or_path runs/sft-tiny not found .* --set "
+                                          rf"model_name_or_path=null loads it onto its own base {own}"):
+        check_adapter_base(GRPORunConfig(adapter=str(adapter), model_name_or_path="runs/sft-tiny"), said.append)
+    check_adapter_base(GRPORunConfig(adapter=str(adapter), model_name_or_path=str(other)), said.append)
+    assert len(said) == 1 and f"was trained on {own}; it loads onto model_name_or_path {other} instead" in said[0]
+    for same in ("sft", f"{tmp_path}/./sft", None):  # its own base, however it is written, or none given: nothing said
+        check_adapter_base(GRPORunConfig(adapter=str(adapter), model_name_or_path=same), said.append)
+    assert len(said) == 1

@@ -79,6 +79,33 @@ def test_upload_model_folder_skips_checkpoints_and_writes_model_card(hub, tmp_pa
     assert "| validation loss (first -> last) | 1.800 -> 0.520 |" in card and "AutoPeftModelForCausalLM" in card
 
 
+def test_a_run_folder_goes_to_a_model_repo_without_this_machines_files(hub, tmp_path):
+    """A training run's folder uploaded as a dataset (the default repo type) put its weights in a dataset repo; its
+    hidden files (the quickstart's stage stamp) went up too; an adapter on a local base loads nowhere else, unsaid."""
+    run, base = tmp_path / "run", tmp_path / "base"
+    for folder in (run, base):
+        folder.mkdir()
+    (run / "adapter_config.json").write_text(orjson.dumps({"base_model_name_or_path": str(base)}).decode())
+    (run / "adapter_model.safetensors").write_bytes(b"weights")
+    (run / ".rhythm_stage.json").write_text("{}")
+    code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(run), "--repo", "tester/student")
+    assert code == 2 and out == "" and f"{run} holds a trained model (a training run's folder)" in err
+    assert "--repo-type model" in err and not hub.requests_to("/commit")
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(run), "--repo", "tester/student", "--repo-type", "model")
+    assert code == 0, err
+    assert ".rhythm_stage.json" not in hub.repo("tester/student", "model").files
+    assert f"names its base as the local path {base}, which only this machine has" in " ".join(err.split())
+
+
+@pytest.mark.parametrize("status, headers", [(429, {"Retry-After": "1"}), (503, {})], ids=["429-retry-after", "503"])
+def test_a_hub_busy_for_a_moment_is_tried_again(hub, tmp_path, teacher, status, headers):
+    hub.fail("/commit/", status, "busy", method="POST", times=1, headers=headers)
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), "--repo", "tester/rhythm-teacher")
+    assert code == 0, err
+    assert len(hub.requests_to("/commit/", "POST")) == 2
+    assert teacher[0].name in hub.repo("tester/rhythm-teacher", "dataset").files
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -126,6 +153,8 @@ def test_upload_refused_by_the_hub_is_one_line_and_lands_nothing(hub, tmp_path, 
     assert lines[0].startswith(f"rhythm: error: upload to tester/rhythm-teacher failed: {status} ") and message in lines[0]
     assert lines[0].endswith(advice)  # and says what to do next
     assert ("dataset", "tester/rhythm-teacher") not in hub.repos or not hub.repo("tester/rhythm-teacher", "dataset").commits
+    if status != 403:  # a busy Hub is asked again, then its refusal is the answer
+        assert len(hub.requests_to(route, "POST")) == 4
     assert path.read_bytes() == before  # the local file is untouched
     assert hub.token not in err
 

@@ -138,12 +138,30 @@ def test_dry_run_prints_the_spec_and_sends_nothing(hub, tmp_path, teacher):
         (["--data-repo", "a/b/c"], "data_repo must look like user/name, got 'a/b/c'"),
         (["--flavor", "a10g-huge"], "unknown flavor 'a10g-huge'"),
         (["--data", "-"], "a job cannot read stdin"),
+        (["--set", "jobs.timeout=abc"], "jobs.timeout must be a positive number of seconds, or one with an s, m, h or d "
+                                        "suffix (3h, 90m), got 'abc'"),
+        (["--data", "/nowhere/teacher_typo.jsonl"], "file not found: /nowhere/teacher_typo.jsonl"),
     ],
 )
 def test_flavor_bad_input_exits_2(hub, tmp_path, teacher, args, message):
     code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), *args)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
     assert hub.requests == []
+
+
+def test_a_data_file_neither_here_nor_in_the_data_repo_is_refused_before_anything_is_sent(hub, tmp_path, teacher):
+    """A relative path that is no file here names a file in the data repo; one that is not there either used to
+    start a paid job that failed reading it. Checked before any upload, commit or job."""
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", f"{teacher},teacher_typo.jsonl")
+    assert code == 2 and out == "", err
+    assert err.strip().splitlines()[-1] == ("rhythm: error: file not found: teacher_typo.jsonl (neither here nor in the "
+                                            "dataset repo tester/rhythm-teacher)")
+    assert not hub.jobs and not [r for r in hub.requests if r.method in ("POST", "PUT")]
+    code, _, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher))  # uploads teacher.jsonl, submits a job
+    assert code == 0, err
+    code, _, err = rhythm(hub, tmp_path, *JOB, "--data", "teacher.jsonl")  # no such file here: the repo's
+    assert code == 0, err
+    assert [v["spec"]["environment"]["RHYTHM_DATA_FILES"] for v in hub.jobs.values()] == ["teacher.jsonl"] * 2
 
 
 @pytest.mark.slow
@@ -190,3 +208,15 @@ def test_a_job_refuses_what_only_this_machine_has(tmp_path, run_cli, args, needl
     code, out, err = run_cli(*args, "--flavor", "a10g-large", "--dry-run", "--data", str(data),
                              "--hub-model-id", "org/student", "--data-repo", "org/data")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_a_grpo_run_whose_prompts_are_its_rollout_seeds_goes_to_jobs_without_data(hub, tmp_path):
+    """Branch, pairs and restore modes take their prompts from rollout_seeds: a job asked for data they do not use
+    (and a data file given to pass would have added the teacher's states to the prompts)."""
+    code, out, err = rhythm(hub, tmp_path, "grpo", "--config", "grpo-tiny-branch", "--model", "tester/tiny-sft",
+                            "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo",
+                            "--set", "jobs.data_repo=tester/rhythm-teacher", "--dry-run")
+    assert code == 0, err
+    spec = orjson.loads(out)
+    assert spec["environment"]["RHYTHM_DATA_FILES"] == "" and spec["would_upload"]["files"] == []
+    assert hub.requests == []

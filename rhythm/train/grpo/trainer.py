@@ -56,7 +56,7 @@ import orjson
 from rhythm.agents.tiny import resolve_base
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.errors import RhythmError
-from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter
+from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter, looks_local
 from rhythm.records import JsonlWriter
 from rhythm.train.common import (
     batch_sizes,
@@ -207,6 +207,26 @@ class GRPORun:
     source: dict[str, Any]
 
 
+def check_adapter_base(cfg: GRPORunConfig, say: Callable[[str], None]) -> None:
+    """A LoRA adapter here loads onto ``model_name_or_path`` where one is set (a config's own start, as the tiny
+    configs' ``runs/sft-tiny``), not onto the base it was trained on: a base that differs from the adapter's is said
+    (an adapter on another base plays another student), and a local one that does not exist is refused at once, with
+    the way to the adapter's own base (not after the Hub was tried for a path)."""
+    folder = Path(cfg.adapter).expanduser() if cfg.adapter else None
+    if folder is None or not cfg.model_name_or_path or not (folder / "adapter_config.json").is_file():
+        return
+    own = (adapter_config(str(folder)) or {}).get("base_model_name_or_path")
+    given = Path(cfg.model_name_or_path).expanduser()
+    use_own = f"--set model_name_or_path=null loads it onto its own base {own}" if own else "pass --model BASE"
+    own_here = bool(own) and Path(own).expanduser().exists()
+    if not given.exists() and (looks_local(cfg.model_name_or_path) or own_here):  # runs/sft-tiny reads as a Hub id
+        raise RhythmError(f"model_name_or_path {cfg.model_name_or_path} not found (the base the adapter {cfg.adapter} "
+                          f"would load onto); {use_own}")
+    if own and cfg.model_name_or_path != own and not (own_here and given.resolve() == Path(own).expanduser().resolve()):
+        say(f"note: the adapter {cfg.adapter} was trained on {own}; it loads onto model_name_or_path "
+            f"{cfg.model_name_or_path} instead ({use_own})")
+
+
 def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | None = None,
                   say: Callable[[str], None] | None = None) -> GRPORun:
     """Prompts, policy, reward functions and ``GRPOTrainer``, ready to ``train``."""
@@ -217,6 +237,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if not has_rollouts(cfg):
         rows, report = build_rows(cfg, read=read)
     cfg = start_from_full_weights(cfg, say)
+    check_adapter_base(cfg, say)
     out, resume, resolved = prepare_run(cfg, "grpo", quiet)
 
     from datasets import Dataset
