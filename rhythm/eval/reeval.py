@@ -1,8 +1,10 @@
 """Replay stored episodes and regrade them: ``rhythm reeval --jsonl FILE|-``.
 
 Each record's stored actions are replayed in the env (same condition, split and seed). The replay
-must reproduce the stored meters, rewards and scores; a record that does not (edited by hand, or
-written by another env version) is flagged with the reason and where it is. Scores are recomputed
+must reproduce the stored meters, rewards, every number of the score, each step's place in the week
+and (in this rhythm's text protocol) the observation text it answered; each reply must state the
+step's action, belief (to its 2 decimals) and ``parse_ok``. A record that does not (edited by hand,
+or written by another env version) is flagged with the reason and where it is. Scores are recomputed
 with the current grader (v3 and v2) and set beside ``random`` and ``heuristic`` on the same seeds.
 """
 
