@@ -70,8 +70,8 @@ leaves them out, so a resumed or a parallel run matches."""
 def canonical(cfg: GenerateConfig) -> GenerateConfig:
     """``cfg`` with a chat-model teacher spelt one way: ``--teacher openai:NAME`` as ``--teacher openai --model NAME``,
     ``azure:NAME`` as ``--teacher azure --deployment NAME`` (the provider in lower case). Both spellings make the same
-    weeks, so they hash and record alike and either resumes the other's file; the long form is kept as it was, so
-    files written before hash as they did. Other teachers are left as they are."""
+    weeks, so they hash and record alike and either resumes the other's file; the long form is kept as it was, and a
+    file written before in the short form resumes through :func:`typed_hash`. Other teachers are left as they are."""
     kind, _, arg = cfg.teacher.partition(":")
     provider, name = kind.strip().lower(), arg.strip()
     if provider not in PROVIDERS:
@@ -84,6 +84,15 @@ def data_hash(recorded: GenerateConfig) -> str:
     """The ``config_hash`` every record of a generate run carries: the teacher and its settings, spelt
     :func:`canonical`."""
     return config_hash(canonical(recorded), ignore=HOW_NOT_WHAT)
+
+
+def typed_hash(cfg: GenerateConfig, recorded: Any) -> str:
+    """The ``config_hash`` of ``recorded`` with the teacher spelt as ``cfg`` typed it: what weeks written before
+    :func:`canonical` carry (``--teacher openai:NAME``), so they resume as they did."""
+    if not isinstance(recorded, GenerateConfig):
+        return ""
+    typed = replace(recorded, teacher=cfg.teacher, llm=replace(recorded.llm, model=cfg.llm.model, deployment=cfg.llm.deployment))
+    return config_hash(typed, ignore=HOW_NOT_WHAT)
 
 
 @contextmanager
@@ -100,7 +109,7 @@ def open_output(
     to play and the summary to fill."""
     out_path = None if cfg.output == "-" else Path(cfg.output)
     done = done_keys(out_path) if (cfg.resume and out_path is not None) else {}
-    other = sorted({h for h in done.values() if h != chash}, key=str)
+    other = sorted({h for h in done.values() if h not in (chash, typed_hash(cfg, recorded))}, key=str)
     if other:
         differs = "" if out_path is None else change_since(sidecar_path(out_path), other, config_dict(recorded), HOW_NOT_WHAT)
         raise RhythmError(f"{cfg.output} holds weeks made with other settings (config_hash {', '.join(map(str, other))}; "

@@ -666,6 +666,20 @@ def test_both_spellings_of_a_model_make_one_run_that_resumes_either_way(tmp_path
     assert [(r["seed"], r["config_hash"]) for r in _records(out)] == [(s, LONG_FORM_HASH) for s in range(3)]
 
 
+def test_a_file_written_with_the_short_spelling_before_it_was_made_one_still_resumes(tmp_path: Path, openai_key: str,
+                                                                                   run_cli) -> None:
+    """Weeks written by the code before :func:`canonical` with ``--teacher openai:m`` carry that spelling's hash
+    (3812742eb83a, as that code computed it): a resume in the same spelling goes on, it is not refused."""
+    out = tmp_path / "old.jsonl"
+    with FakeOpenAI(api_key=KEY) as server:
+        args = ["generate", "--teacher", "openai:m", "--base-url", server.base_url, "-o", str(out), "--quiet"]
+        assert run_cli(*args, "--seeds", "0")[0] == 0
+        out.write_bytes(b"".join(orjson.dumps({**r, "config_hash": "3812742eb83a"}) + b"\n" for r in _records(out)))
+        code, _, err = run_cli(*args, "--seeds", "0-1", "--resume")
+    assert code == 0, err
+    assert [r["seed"] for r in _records(out)] == [0, 1] and len(server.seen) == 2 * 28
+
+
 def test_azure_name_spellings_hash_alike_and_the_long_form_as_before() -> None:
     from rhythm.teacher.output import data_hash
 

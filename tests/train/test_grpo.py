@@ -422,3 +422,17 @@ def test_a_lora_adapter_on_another_base_than_its_own_is_said_and_a_missing_one_r
     for same in ("sft", f"{tmp_path}/./sft", None):  # its own base, however it is written, or none given: nothing said
         check_adapter_base(GRPORunConfig(adapter=str(adapter), model_name_or_path=same), said.append)
     assert len(said) == 1
+
+
+def test_a_hub_id_beside_an_adapter_trained_on_a_local_copy_is_said_not_refused(tmp_path, monkeypatch):
+    """SFT on a downloaded copy of a base, GRPO on the Hub's: a Hub-shaped name is not refused as a missing path."""
+    from rhythm.train.grpo.trainer import check_adapter_base
+
+    monkeypatch.chdir(tmp_path)
+    own, adapter = tmp_path / "qwen-local", tmp_path / "lora"
+    own.mkdir()
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(orjson.dumps({"base_model_name_or_path": str(own)}).decode())
+    said: list[str] = []
+    check_adapter_base(GRPORunConfig(adapter=str(adapter), model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct"), said.append)
+    assert len(said) == 1 and "loads onto model_name_or_path Qwen/Qwen2.5-0.5B-Instruct instead" in said[0]

@@ -219,7 +219,11 @@ def check_adapter_base(cfg: GRPORunConfig, say: Callable[[str], None]) -> None:
     given = Path(cfg.model_name_or_path).expanduser()
     use_own = f"--set model_name_or_path=null loads it onto its own base {own}" if own else "pass --model BASE"
     own_here = bool(own) and Path(own).expanduser().exists()
-    if not given.exists() and (looks_local(cfg.model_name_or_path) or own_here):  # runs/sft-tiny reads as a Hub id
+    # runs/sft-tiny reads as a Hub id: a name under a folder here, or under runs/ (where rhythm's configs write), is
+    # taken as a path; another Hub-shaped name (the Hub copy of a base the adapter saw locally) is only said below
+    local = looks_local(cfg.model_name_or_path) or Path(cfg.model_name_or_path.split("/")[0]).expanduser().is_dir() \
+        or cfg.model_name_or_path.startswith("runs/")
+    if not given.exists() and local and (own_here or looks_local(cfg.model_name_or_path)):
         raise RhythmError(f"model_name_or_path {cfg.model_name_or_path} not found (the base the adapter {cfg.adapter} "
                           f"would load onto); {use_own}")
     if own and cfg.model_name_or_path != own and not (own_here and given.resolve() == Path(own).expanduser().resolve()):
