@@ -60,14 +60,14 @@ def episode_value(record: dict[str, Any], metric: str = "final_score") -> float 
     return float(meter_crashes(record)[METER_ABBREV.index(metric.split(":")[1])])
 
 
-def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score") -> dict[Key, float]:
+def final_scores(records: Iterable[dict[str, Any]], metric: str = "final_score", what: str = "one side") -> dict[Key, float]:
     """``{(condition, split, seed): value}`` of ``metric`` (the final score by default), less the weeks where it
     has no value; a person played twice is refused (which week to pair?)."""
     if metric not in METRICS:
         raise RhythmError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     values: dict[Key, float | None] = {}
     records = list(records)
-    env_version_of(records, "one side")
+    env_version_of(records, what)
     for r in records:
         key = (r["condition"], r["split"], int(r["seed"]))
         if key in values:
@@ -157,10 +157,10 @@ def final_scores_of(files: str, metric: str = "final_score") -> tuple[dict[Key, 
     records = [r for path in files.split(",") for _, r in read_episodes(path)]
     if not records:
         raise RhythmError(f"{files}: no weeks")
-    values = final_scores(records, metric)
+    values = final_scores(records, metric, files)  # which also holds the side to one env version
     if not values:
         raise RhythmError(f"{files}: no week has a {metric} (the agent states no belief); pair another metric")
-    return values, env_version_of(records, files)
+    return values, str(records[0].get("env_version"))
 
 
 def read_sides(files: list[str], metric: str = "final_score") -> list[dict[Key, float]]:
