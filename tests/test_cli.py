@@ -280,3 +280,23 @@ def test_version_prints_the_package_and_env_versions(run_cli) -> None:
 def test_a_usage_error_names_the_program_once(run_cli, args, line) -> None:
     code, out, err = run_cli(*args)
     assert code == 2 and out == "" and err.splitlines() == [line]
+
+
+def test_a_failing_read_is_one_line_that_does_not_blame_a_full_disk(run_cli, monkeypatch, tmp_path: Path) -> None:
+    """EIO comes from a read as well as a write: the line names the device and the file, not an output to free
+    space for."""
+    import errno
+
+    import rhythm.eval.reeval as reeval
+
+    def failing(path):
+        raise OSError(errno.EIO, "Input/output error", str(path))
+        yield  # a generator, as read_episodes is
+
+    monkeypatch.setattr(reeval, "read_episodes", failing)
+    data = tmp_path / "weeks.jsonl"
+    data.write_text("{}\n")
+    code, out, err = run_cli("reeval", "--jsonl", str(data), "--quiet")
+    assert code == 2 and out == "" and err.splitlines() == [
+        f"rhythm: error: the device failed a read or write on {data}: Input/output error (EIO); what was written "
+        "before stays; fix the device and rerun"], err

@@ -26,9 +26,17 @@ def test_counts_sum_to_whole_numbers_and_a_priced_week_sums_its_cost() -> None:
 
 @pytest.mark.parametrize("second", [
     {"prompt_tokens": 12, "completion_tokens": 3, "usage_missing": 1},  # a reply without usage: its cost unknown
-    {"prompt_tokens": 12, "completion_tokens": 3},  # a model without a price (a local student, an unpriced API)
+    {"prompt_tokens": 12, "completion_tokens": 3},  # a model without a price (an unpriced API)
+    {"prompt_tokens": 12, "completion_tokens": 3, "cost_usd": None},  # a plugin that says its cost is unknown
 ])
 def test_a_week_with_a_step_of_unknown_cost_has_no_summed_cost(second: dict) -> None:
     """Not the known steps' part: a cost that reads as the whole when it is not."""
     usage = episode_usage(_steps({"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.25}, second))
     assert usage["cost_usd"] is None and usage["prompt_tokens"] == 22
+
+
+def test_a_local_students_week_costs_nothing() -> None:
+    """A local model's steps say they cost 0.0 (:func:`rhythm.agents.model.decision_of`): its week is not unknown."""
+    usage = episode_usage(_steps({"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.0},
+                                 {"prompt_tokens": 12, "completion_tokens": 3, "cost_usd": 0.0}))
+    assert usage == {"prompt_tokens": 22, "completion_tokens": 5, "cost_usd": 0.0}

@@ -126,12 +126,15 @@ def test_restore_labels_name_the_rules_action_where_a_meter_runs_low_and_keep_th
 
 def test_relabelling_in_batches_labels_each_week_as_alone(tmp_path: Path, monkeypatch) -> None:
     """``rhythm relabel`` works through the weeks in batches under its progress bar: the same weeks as one call."""
-    import rhythm.cli.relabel as relabel
+    import rhythm.agents.filtering as filtering
 
     specs = [EpisodeSpec(c, "train", s) for c in ("in-dist", "ood") for s in range(3)]
     played = _weeks(tmp_path / "weeks.jsonl", "heuristic", specs)
-    monkeypatch.setattr(relabel, "CHUNK", 4)
-    relabel.relabel_command(str(tmp_path / "weeks.jsonl"), str(tmp_path / "own.jsonl"), 0.25, quiet=True)
+    monkeypatch.setattr(filtering, "RELABEL_CHUNK", 4)
+    advanced: list[int] = []
+    assert filtering.relabel_file(str(tmp_path / "weeks.jsonl"), str(tmp_path / "own.jsonl"), 0.25,
+                                  bars=lambda label, total: advanced.append(total) or advanced.append) == (6, 0)
+    assert advanced == [6, 4, 2]
     own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]
     assert own == orjson.loads(orjson.dumps(filtered_weeks(played, 0.25)))
 
@@ -139,7 +142,8 @@ def test_relabelling_in_batches_labels_each_week_as_alone(tmp_path: Path, monkey
 def test_relabel_refuses_eval_weeks_and_resumes_what_a_killed_run_wrote(run_cli, tmp_path: Path) -> None:
     """What relabel writes is SFT data: an eval-split week is refused here (it used to pass, and only the next stage
     refused it). Each batch is written as it is labelled, so a killed run resumes to the file an unkilled one
-    writes; an output that exists needs --resume, and a resume with another restore_below is refused."""
+    writes; an output that exists needs --resume, and a resume from another file or with another restore_below is
+    refused."""
     ev = tmp_path / "eval.jsonl"
     _weeks(ev, "heuristic", [EpisodeSpec("in-dist", "eval", 1)])
     code, _, err = run_cli("relabel", str(ev), "-o", str(tmp_path / "x.jsonl"))
@@ -154,7 +158,11 @@ def test_relabel_refuses_eval_weeks_and_resumes_what_a_killed_run_wrote(run_cli,
     code, _, err = run_cli("relabel", str(weeks), "-o", str(cut))
     assert code == 2 and "exists; pass --resume" in err
     code, _, err = run_cli("relabel", str(weeks), "-o", str(cut), "--resume", "--restore-below", "0.25")
-    assert code == 2 and "relabelled with restore_below=None" in err
+    assert code == 2 and "relabelled with other settings (restore_below: None -> 0.25)" in err
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(weeks.read_bytes())
+    code, _, err = run_cli("relabel", str(other), "-o", str(cut), "--resume")  # another file's weeks: not mixed in
+    assert code == 2 and "relabelled with other settings (episodes: " in err
     code, _, err = run_cli("relabel", str(weeks), "-o", str(cut), "--resume")
     assert code == 0 and "relabelled 2 weeks" in err and "(1 already there)" in err
     assert cut.read_bytes() == whole.read_bytes()

@@ -181,7 +181,8 @@ def episode_usage(decisions: Sequence[Decision]) -> dict[str, Any]:
     total: dict[str, Any] = defaultdict(int)
     for d in decisions:
         for k, v in d.usage.items():
-            total[k] += v
+            if v is not None:  # a step's cost given as unknown: ``costs`` below says so
+                total[k] += v
     costs = [d.usage.get("cost_usd") for d in decisions]
     known = total.get("usage_missing", 0) == 0 and all(c is not None for c in costs)
     spent_nothing = not any(d.usage for d in decisions)

@@ -6,6 +6,7 @@ the student itself reached (docs/grpo-ablation.md, ninth and seventeenth rounds)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,22 @@ from rhythm.agents.episodes import replay_records, week_actions
 from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.restore import restore_labels
 from rhythm.agents.teachers import spec_keys
+from rhythm.config import read_recorded, settings_change, write_config
+from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending
+from rhythm.provenance import made_by
+from rhythm.records import (
+    JsonlWriter,
+    check_output,
+    check_trainable,
+    done_keys,
+    episode_key,
+    read_episodes,
+    sidecar_path,
+)
+
+RELABEL_CHUNK = 256
+"""Weeks relabelled per batch (the filter plays them in lockstep); each week's labels are its own alone."""
 
 
 def read_along(records: Sequence[dict[str, Any]], width: int,
@@ -76,3 +92,48 @@ def filtered_weeks(records: list[dict[str, Any]], restore_below: float | None = 
     labels = restore_labels(records, restore_below) if restore_below is not None else None
     how = {"belief": "bayes filter", "action": "as played" if labels is None else f"restore rule below {restore_below}"}
     return [{**week, "relabelled": how} for week in with_beliefs(records, filter_beliefs(records), labels)]
+
+
+def relabel_file(episodes: str, output: str, restore_below: float | None = None, *, resume: bool = False,
+                 bars: Callable[[str, int], Callable[[int], None]] | None = None) -> tuple[int, int]:
+    """``rhythm relabel``: the weeks of ``episodes`` (a JSONL file or ``-``) as :func:`filtered_weeks` to ``output``
+    (``-``: stdout), each batch written as it is labelled, and beside a file output its settings
+    (``OUTPUT.config.yaml``). A week that SFT would refuse (an eval-split person) is refused before anything is
+    written. ``resume`` skips the weeks already in ``output``, which must have been relabelled from the same
+    file with the same ``restore_below``. ``bars(label, total)`` gives the progress's ``advance(n)``. Returns
+    ``(weeks relabelled, weeks already there)``."""
+    check_output(output, inputs=[episodes])
+    records = []
+    for where, record in read_episodes(episodes):
+        check_trainable(record, where)  # what relabel writes is SFT data: refused here, not at the next stage
+        records.append(record)
+    if not records:
+        raise RhythmError(f"no weeks in {episodes}")
+    source = episodes if episodes == "-" else str(Path(episodes).expanduser().resolve())
+    settings = {"episodes": source, "output": output, "restore_below": restore_below}
+    done: set = set()
+    if resume and output != "-":
+        recorded = read_recorded(sidecar_path(Path(output)))
+        if recorded is not None:
+            before = {**recorded[0], "episodes": _resolved(recorded[0].get("episodes")), "output": output}
+            if differs := settings_change(before, settings):
+                raise RhythmError(f"{output} was relabelled with other settings ({differs}); resume with them, or "
+                                  "write another --output")
+        done = set(done_keys(Path(output)))
+    todo = [r for r in records if episode_key(r) not in done]
+    advance = bars("relabel", len(todo)) if bars is not None else None
+    with JsonlWriter(output, resume=resume) as writer:  # each batch written as it is labelled: a kill keeps them
+        if output != "-":  # what made the labels, beside them (as rhythm generate writes its config)
+            write_config(settings, sidecar_path(Path(output)), made_by(stage="relabel"))
+        for i in range(0, len(todo), RELABEL_CHUNK):
+            batch = todo[i : i + RELABEL_CHUNK]
+            for week in filtered_weeks(batch, restore_below):
+                writer.write(week)
+            if advance is not None:
+                advance(len(batch))
+    return len(todo), len(done)
+
+
+def _resolved(path: Any) -> Any:
+    """A recorded input path as :func:`relabel_file` compares it (files written before it resolved theirs)."""
+    return path if not isinstance(path, str) or path == "-" else str(Path(path).expanduser().resolve())

@@ -76,7 +76,8 @@ app.add_typer(analyze_app, name="analyze")
 
 
 FULL_OR_FAILING = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
-"""Errors of a write the disk refused (full, over quota, too large, failing): the user's to fix, told in one line."""
+"""Errors of a disk that refused a write (full, over quota, too large) or failed one, or a read (EIO): the user's
+to fix, told in one line."""
 
 
 def _quiet_stdout() -> None:
@@ -123,8 +124,13 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if not debug and exc.errno in FULL_OR_FAILING:  # a write that failed (the path is not always known: stdout)
             _quiet_stdout()
-            _fail(f"cannot write the output: {exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)}); "
-                  "what was written before stays; free space (or fix the device) and rerun")
+            code = errno.errorcode.get(exc.errno, exc.errno)
+            if exc.errno == errno.EIO:  # a read as likely as a write
+                where = f" on {exc.filename}" if exc.filename is not None else ""
+                _fail(f"the device failed a read or write{where}: {exc.strerror or exc} ({code}); what was written "
+                      "before stays; fix the device and rerun")
+            _fail(f"cannot write the output: {exc.strerror or exc} ({code}); what was written before stays; free space "
+                  "(or fix the device) and rerun")
         if debug or exc.filename is None:  # not about a path the user named: a bug or the network, keep the trace
             raise
         paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)

@@ -65,7 +65,8 @@ Every step, after the action: drift V -0.015 - 0.02 sleep_need, C -0.015, S -0.0
 N -0.01 - 0.04 connection_need. Then noise: each meter's change gets sigma x z with sigma
 (V, C, P, S, N) = (0.04, 0.04, 0.025, 0.04, 0.04), z a standardised Gaussian-shaped number (sum of
 four uniforms; see :mod:`rhythm.env.randomness`). Meters are clipped to [0, 1]. A typical profile
-effect (0.02-0.10) is half a sigma to two and a half, so inference takes several observations.
+effect (0.02-0.10) is half a sigma to two and a half on the meters of sigma 0.04 (0.8 to four on progress), so
+inference takes several observations.
 
 ## Latent Factors (the hidden profile)
 

@@ -33,18 +33,22 @@ class BeliefSteps:
     steps: tuple[int, ...]
     mae: tuple[float, ...]
     """Mean MAE at each of ``steps``."""
-    last_ci: tuple[float, float]
+    last_ci: tuple[float, float] | None
+    """The last step's MAE's 95% CI; None for a single week (:func:`rhythm.eval.stats.mean_ci`)."""
     prior: float
     """The constant prior-mean belief's MAE on the weeks that stated a belief at the last step."""
     ratio: float
     """Last step's MAE / the prior's."""
-    ratio_ci: tuple[float, float]
+    ratio_ci: tuple[float, float] | None
+    """The ratio's 95% CI, people resampled with their own prior error; None for a single week."""
     last_over_first: float
     """Last step's MAE / the first step's, on the weeks that stated a belief at both (NaN when none did)."""
 
 
-def _ratio_ci(errors: np.ndarray, priors: np.ndarray) -> tuple[float, float]:
-    if len(errors) < 2 or np.ptp(errors / priors) == 0.0:
+def _ratio_ci(errors: np.ndarray, priors: np.ndarray) -> tuple[float, float] | None:
+    if len(errors) < 2:
+        return None  # one week says nothing of the spread
+    if np.ptp(errors / priors) == 0.0:
         r = float(errors.mean() / priors.mean())
         return r, r
     return bootstrap_ci((errors, priors), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis))
@@ -59,13 +63,13 @@ def belief_steps(errors: np.ndarray, priors: np.ndarray, steps: tuple[int, ...])
     stated = ~np.isnan(last)
     if not stated.any():
         raise RhythmError(f"no week states a belief at step {steps[-1]}")
-    ci = mean_ci(last[stated])["ci95"] or (float("nan"), float("nan"))  # one week: no interval
+    ci = mean_ci(last[stated])["ci95"]  # one week: no interval
     with np.errstate(invalid="ignore"):
         mae = tuple(float(np.nanmean(errors[:, s - 1])) if (~np.isnan(errors[:, s - 1])).any() else float("nan") for s in steps)
     prior = prior_mae_beside(priors, stated)
     both = stated & ~np.isnan(errors[:, steps[0] - 1])  # one set of weeks for both ends of the ratio
     over_first = _over(float(last[both].mean()), float(errors[both, steps[0] - 1].mean())) if both.any() else float("nan")
-    return BeliefSteps(len(errors), tuple(steps), mae, (float(ci[0]), float(ci[1])), prior,
+    return BeliefSteps(len(errors), tuple(steps), mae, None if ci is None else (float(ci[0]), float(ci[1])), prior,
                        _over(float(last[stated].mean()), prior), _ratio_ci(last[stated], priors[stated]), over_first)
 
 
@@ -88,5 +92,5 @@ def belief_steps_table(rows: dict[str, BeliefSteps]) -> str:
              f"step {steps[-1]} / prior [95% CI]  step {steps[-1]} / step {steps[0]}"]
     for cond, r in rows.items():
         lines.append(f"{cond:9s}  {r.episodes:5d}  {' / '.join(f'{m:.3f}' for m in r.mae)}  {r.mae[-1]:.3f} "
-                     f"{ci_text(None if np.isnan(r.last_ci[0]) else r.last_ci)}  {r.prior:.3f}  {r.ratio:.2f}x [{r.ratio_ci[0]:.2f}, {r.ratio_ci[1]:.2f}]  {r.last_over_first:.2f}")
+                     f"{ci_text(r.last_ci)}  {r.prior:.3f}  {r.ratio:.2f}x {ci_text(r.ratio_ci, '.2f')}  {r.last_over_first:.2f}")
     return "\n".join(lines)

@@ -249,7 +249,8 @@ def plan_job(
     config_overrides: dict[str, Any] | None = None,
     packages: tuple[str, ...] = JOB_PACKAGES,
 ) -> JobPlan:
-    """Check the request and build the plan: files for the run repo, environment, data to upload.
+    """Check the request and build the plan: files for the run repo, environment, data to upload. ``config`` is
+    one its stage's ``validate`` passed (which asks for data, or for GRPO rollout seeds in its place).
 
     ``packages`` are pinned in the job script to the versions installed here (``rhythm grpo`` adds
     ``vllm`` when ``use_vllm`` is on, so it must be installed here too).
@@ -263,8 +264,6 @@ def plan_job(
     cfg = dataclasses.replace(config, **(config_overrides or {})) if config_overrides else config
     check_runs_elsewhere(cfg)
     timeout_seconds(timeout)
-    if not data and not getattr(cfg, "rollout_seeds", None):  # GRPO's rollout seeds are prompts without data
-        raise RhythmError("no data given; pass --data FILE")
     uploads, names = [], []
     for item in data:
         if item == "-":
@@ -383,11 +382,12 @@ def redact(spec: dict[str, Any]) -> dict[str, Any]:
 
 def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
     """Upload data, commit the job folder to the run repo, submit the job (or, dry, only describe it)."""
-    from huggingface_hub import constants, get_token
+    from huggingface_hub import HfApi, constants, get_token
 
     say = say or (lambda msg: None)
     endpoint = constants.ENDPOINT
     if dry_run:
+        check_repo_files(HfApi(token=get_token()), plan)  # read only (no call when every file is uploaded)
         spec = plan.spec(endpoint, "<commit of rhythm_job/>", "<commit of the data upload>" if plan.uploads else None,
                          get_token())
         spec["would_upload"] = {"data_repo": plan.data_repo, "files": plan.uploads}
@@ -395,7 +395,7 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
                                 "script": plan.script_path}
         return Submission(None, None, plan.run_repo, None, redact(spec), dry_run=True)
 
-    from huggingface_hub import CommitOperationAdd, HfApi, Volume
+    from huggingface_hub import CommitOperationAdd, Volume
 
     token = require_token()
     api = HfApi(token=token)

@@ -13,7 +13,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.errors import RhythmError
-from rhythm.eval.belief_steps import belief_steps
+from rhythm.eval.belief_steps import belief_steps, belief_steps_table
 from rhythm.grader import PRIOR_MEAN
 from rhythm.records import JsonlWriter
 
@@ -35,6 +35,14 @@ def test_figures_by_hand():
             belief_steps(errors, priors, bad)
     with pytest.raises(RhythmError, match="no week states a belief at step 2"):
         belief_steps(errors, priors, (1, 2))
+
+
+def test_a_single_week_has_no_intervals_and_the_table_says_so():
+    """One week says nothing of the spread: no CI (not a zero-width one) for its MAE or its ratio to the prior."""
+    errors = np.full((1, 28), 0.1)
+    r = belief_steps(errors, np.array([0.2]), (1, 28))
+    assert r.last_ci is None and r.ratio_ci is None and r.ratio == pytest.approx(0.5)
+    assert belief_steps_table({"in-dist": r}).splitlines()[1].count("[no CI: n=1]") == 2
 
 
 @given(arrays(np.float64, st.tuples(st.integers(2, 30), st.just(28)), elements=st.floats(0.0, 1.0)),

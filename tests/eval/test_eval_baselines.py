@@ -7,9 +7,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rhythm.agents.base import EpisodeSpec
+from rhythm.agents.episodes import play
 from rhythm.agents.planner import PlannerConfig
+from rhythm.agents.registry import make_agent
 from rhythm.agents.teachers import TeacherConfig
-from rhythm.eval.evaluate import EvalConfig, evaluate
+from rhythm.eval.evaluate import EvalConfig, evaluate, summarize_condition
+from rhythm.eval.stats import paired_win_rate
 
 CONDITION_KEYS = {
     "episodes", "final_score", "final_score_v2", "behaviour_score", "belief_mae", "belief_mae_prior",
@@ -116,8 +120,21 @@ def test_the_headline_grader_decides_the_win_rates_and_the_normalised_score() ->
     """``--grader v2`` used to change only the label: both scores stay under their own names, and what the headline
     grader decides (win rates, the normalised score) is computed on its score."""
     runs = {g: evaluate(EvalConfig(agent="bayes", condition="in-dist", seeds="0-7", grader=g,
-                                   references=["random", "oracle"])).conditions["in-dist"] for g in ("v3", "v2")}
+                                   references=["random", "oracle", "heuristic"])).conditions["in-dist"]
+            for g in ("v3", "v2")}
     v3, v2 = runs["v3"], runs["v2"]
+    played = {name: play(make_agent(name), [EpisodeSpec("in-dist", "eval", s) for s in range(8)])
+              for name in ("bayes", "random", "heuristic")}
+    for cond, key in ((v3, "final_score"), (v2, "final_score_v2")):
+        ours = [r.score[key] for r in played["bayes"]]
+        for ref in ("random", "heuristic"):  # each the week-by-week comparison on its own grader's score
+            assert cond.win_rate_vs[ref] == paired_win_rate(ours, [r.score[key] for r in played[ref]])
+    # Both graders rank these weeks alike; where they disagree, each grader's win rate follows its own score.
+    for r in played["heuristic"][:3]:
+        r.score["final_score_v2"] = 2.0
+    wins = {g: summarize_condition("in-dist", played["bayes"], {"heuristic": played["heuristic"]}, grader=g)
+            for g in ("v3", "v2")}
+    assert wins["v3"]["win_rate_vs"]["heuristic"] == 1.0 and wins["v2"]["win_rate_vs"]["heuristic"] == 5 / 8
     assert v3.final_score == v2.final_score and v3.final_score_v2 == v2.final_score_v2
     for cond, key in ((v3, "final_score"), (v2, "final_score_v2")):
         refs = cond.references

@@ -126,6 +126,7 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
         assert rec["score"]["parse_failures"] == EPISODE_STEPS
         assert all(s["response"] and s["parse_ok"] is False and s["action"] == FALLBACK_ACTION for s in rec["steps"])
         assert 0 < rec["usage"]["completion_tokens"] <= 6 * EPISODE_STEPS
+        assert rec["usage"]["cost_usd"] == 0.0  # a local student: known to cost nothing, not unknown
         # each step's prompt is the whole conversation so far (the system prompt is one tiny token)
         assert rec["usage"]["prompt_tokens"] > EPISODE_STEPS * (EPISODE_STEPS - 1) / 2 * 10
 
@@ -377,7 +378,8 @@ def test_act_answers_every_live_episode(tiny_agent) -> None:
     obs = BatchObservation(0, meters, np.full(5, -1), zeros, zeros, prompts)
     decisions = tiny_agent.act(obs)
     assert len(decisions) == 5
-    assert all(0 <= d.action < len(ACTIONS) and set(d.usage) == {"prompt_tokens", "completion_tokens"} for d in decisions)
+    assert all(0 <= d.action < len(ACTIONS) and set(d.usage) == {"prompt_tokens", "completion_tokens", "cost_usd"}
+               and d.usage["cost_usd"] == 0.0 for d in decisions)
     # identical observations, greedy decoding: identical replies, whatever their place in the batch
     assert len({d.text for d in decisions}) == 1
 

@@ -151,12 +151,15 @@ def test_flavor_bad_input_exits_2(hub, tmp_path, teacher, args, message):
 
 def test_a_data_file_neither_here_nor_in_the_data_repo_is_refused_before_anything_is_sent(hub, tmp_path, teacher):
     """A relative path that is no file here names a file in the data repo; one that is not there either used to
-    start a paid job that failed reading it. Checked before any upload, commit or job."""
+    start a paid job that failed reading it. Checked before any upload, commit or job, and by a dry run."""
     code, out, err = rhythm(hub, tmp_path, *JOB, "--data", f"{teacher},teacher_typo.jsonl")
     assert code == 2 and out == "", err
     assert err.strip().splitlines()[-1] == ("rhythm: error: file not found: teacher_typo.jsonl (neither here nor in the "
                                             "dataset repo tester/rhythm-teacher)")
     assert not hub.jobs and not [r for r in hub.requests if r.method in ("POST", "PUT")]
+    code, out, err = rhythm(hub, tmp_path, *JOB, "--data", "teacher_typo.jsonl", "--dry-run")  # a dry run checks too
+    assert code == 2 and out == "" and "file not found: teacher_typo.jsonl (neither here" in err
+    assert not [r for r in hub.requests if r.method in ("POST", "PUT")]
     code, _, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher))  # uploads teacher.jsonl, submits a job
     assert code == 0, err
     code, _, err = rhythm(hub, tmp_path, *JOB, "--data", "teacher.jsonl")  # no such file here: the repo's
