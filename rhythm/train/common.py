@@ -130,10 +130,14 @@ def prepare_run(cfg: Any, stage: str, quiet: bool) -> tuple[Path, str | None, di
     check_report_to(cfg.report_to)
     transformers.logging.set_verbosity_warning()
     if quiet:
+        import warnings
+
         import datasets
 
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()  # "Loading weights", "Writing model shards"
+        # TRL reads transformers' old name (trl.models.utils): a warning only TRL can act on
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     return out, resume, resolve_precision(cfg, torch.cuda.is_available())
 
 
@@ -182,7 +186,7 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
         max_grad_norm=cfg.max_grad_norm,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         bf16=resolved["bf16"],
-        gradient_checkpointing=resolved["gradient_checkpointing"],
+        **{checkpointing_name(): resolved["gradient_checkpointing"]},
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
         save_strategy="steps",
@@ -196,6 +200,17 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
         use_cpu=resolved["device"] == "cpu",  # also what makes torchrun/accelerate on CPU run DDP over gloo
         push_to_hub=False,  # pushed once at the end by rhythm.train.hub, never from inside the loop
     )
+
+
+def checkpointing_name() -> str:
+    """The ``TrainingArguments`` name of gradient checkpointing: ``activation_checkpointing`` where transformers has
+    it (its old name then warns a FutureWarning through ``--quiet``), ``gradient_checkpointing`` before."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def batch_sizes(args: Any) -> dict[str, int]:

@@ -346,3 +346,19 @@ def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tm
         validate(SFTRunConfig(**{**TINY, "observation_loss": 1.5}, data=str(tmp_path)))
     with pytest.raises(RhythmError, match="echo_loss=1.5: input should be less than or equal to 1"):
         validate(SFTRunConfig(**{**TINY, "observation_loss": 0.1, "echo_loss": 1.5}, data=str(tmp_path)))
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_the_trainer_arguments_use_the_names_transformers_has_now(tmp_path: Path, checkpointing: bool) -> None:
+    """``gradient_checkpointing`` is a deprecated alias in transformers 5.x: passing it warned a FutureWarning on
+    every run, ``--quiet`` ones too. The setting still reaches the trainer."""
+    import warnings
+
+    from rhythm.train.common import resolve_precision
+    from rhythm.train.sft import sft_config
+
+    cfg = SFTRunConfig(output_dir=str(tmp_path), gradient_checkpointing=checkpointing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        args = sft_config(cfg, resolve_precision(cfg, cuda=False), has_validation=False)
+    assert args.gradient_checkpointing is checkpointing
