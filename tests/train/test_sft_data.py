@@ -272,12 +272,14 @@ def test_examples_come_tokenized_exactly_as_trls_own_preparation(episodes, tiny_
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    from rhythm.train.common import checkpointing_name
     from rhythm.train.data import DataReport, tokenize_examples
 
     tok = AutoTokenizer.from_pretrained(tiny_student)
     rows, _ = build_examples(str(episodes[0]), DataOptions(val_fraction=0.0, strip_reasoning=True))
     ours = tokenize_examples(rows, tok, None, DataReport(), chunk=3)
-    args = SFTConfig(output_dir=str(tmp_path), max_length=None, assistant_only_loss=True, report_to="none", use_cpu=True)
+    args = SFTConfig(output_dir=str(tmp_path), max_length=None, assistant_only_loss=True, report_to="none", use_cpu=True,
+                     **{checkpointing_name(): False})
     trl_made = SFTTrainer(model=str(tiny_student), args=args, train_dataset=Dataset.from_list(rows["train"]),
                           processing_class=tok).train_dataset
     by_episode = {e["episode"]: e for e in ours["train"]}
