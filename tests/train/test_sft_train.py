@@ -178,6 +178,24 @@ def test_resume_continues_from_the_checkpoint(sft_run, tmp_path):
     assert summary["resumed_from_step"] == 30 and summary["train_tokens"] == max(after)
 
 
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
+def test_a_resumed_run_trains_the_weights_an_unbroken_one_does(tmp_path, tiny_student, peft):
+    """Stopped at a checkpoint and resumed, a run ends on the same weights, bit for bit, as one never stopped. The
+    tiny student's LM head is tied to its embeddings, so a checkpoint holds no ``lm_head.weight`` and transformers
+    logs it as a missing key on resume: the embeddings it is tied to are loaded, and this test is what says so."""
+    data = tmp_path / "teacher.jsonl"
+    write_episodes(data, range(6))
+    base = {**(LORA if peft else TINY), "max_steps": 3, "save_steps": 2, "eval_steps": 3, "save_total_limit": 5}
+    runs = {}
+    for name, steps in (("whole", 3), ("stopped", 2)):
+        cfg = SFTRunConfig(**{**base, "max_steps": steps}, data=str(data), output_dir=str(tmp_path / name))
+        runs[name] = run_sft(cfg, quiet=True, log=lambda m: None)
+    cfg = SFTRunConfig(**base, data=str(data), output_dir=str(tmp_path / "stopped"), resume_from_checkpoint="latest")
+    assert run_sft(cfg, quiet=True, log=lambda m: None)["resumed_from_step"] == 2
+    weights = "adapter_model.safetensors" if peft else "model.safetensors"
+    assert (tmp_path / "stopped" / weights).read_bytes() == (tmp_path / "whole" / weights).read_bytes()
+
+
 @pytest.mark.parametrize(("steps", "epochs", "last"), [(4, 3.0, 4), (-1, 1.5, 5)], ids=["max_steps", "epochs"])
 def test_a_run_stopped_after_its_last_checkpoint_finishes_on_resume_without_a_step(tmp_path, tiny_student, steps, epochs, last):
     """Killed between its checkpoint at the last step and its final save, a run resumes to save and report: the model
