@@ -118,6 +118,12 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def is_main_process() -> bool:
+    """Whether this is the launch's first process (``RANK`` 0; the only one without a launcher): the one that writes
+    the run's shared files and says what it did, before the trainer (which knows its own rank) exists."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def prepare_run(cfg: Any, stage: str, quiet: bool) -> tuple[Path, str | None, dict[str, Any]]:
     """What both stages do once their data is read: claim ``output_dir`` (:func:`rhythm.train.run_folder.claim_output_dir`:
     the checkpoint to resume from, or an empty folder), quiet the libraries and resolve the ``auto`` settings for this
@@ -326,7 +332,7 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
     except RhythmError as err:
         print(f"rhythm {stage}: error: {err}", file=sys.stderr)
         return 2
-    if int(os.environ.get("RANK", "0")) == 0:  # one summary line, not one per process
+    if is_main_process():  # one summary line, not one per process
         sys.stdout.write(orjson.dumps({k: v for k, v in summary.items() if k not in omit}).decode() + "\n")
     end_distributed()
     return 0

@@ -37,6 +37,7 @@ from rhythm.train.common import (
     batch_sizes,
     check_shared,
     entry_main,
+    is_main_process,
     make_log_callback,
     peft_config,
     prepare_run,
@@ -260,6 +261,7 @@ def run_sft(cfg: SFTRunConfig, *, quiet: bool = False, log: Callable[[str], None
     """Train, evaluate, save (and optionally push); returns the run summary (also in ``sft_summary.json``).
     ``hooks``: :func:`build_trainer`'s ``examples`` / ``tokenize``."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
+    say = say if is_main_process() else (lambda msg: None)  # under a launcher, one process speaks (errors: each)
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr), cleaned_on_failure(cfg.output_dir):  # stdout: results only
         return _train(build_trainer(cfg, quiet=quiet, **hooks), started, say)

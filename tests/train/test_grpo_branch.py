@@ -137,3 +137,30 @@ def test_only_the_judged_tokens_enter_the_loss(sft_model):
     lower = tokenizer("BELIEF: S=0.25 M=0.75 W=0.50\n**action:** meditate", add_special_tokens=False)["input_ids"]
     kept = tokenizer.decode([i for i, m in zip(lower, decision_mask(tokenizer, lower, 4), strict=True) if m])
     assert kept.strip().endswith("meditate") and "0.25" not in kept, "the action line parse_reply reads, as written"
+
+
+@pytest.mark.slow
+def test_a_branch_run_under_a_launcher_writes_its_files_once(tmp_path, sft_model, rhythm_cache):
+    """Two CPU processes under torchrun: each plays the student's weeks (each needs the prompts), and one writes
+    them and says so; they used to write the same student_rollouts.jsonl at once (and each printed every line)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "grpo"
+    env = dict(os.environ, RHYTHM_CACHE=str(rhythm_cache), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rhythm.train.grpo",
+         "--config", TINY_CONFIG, "--set", f"model_name_or_path={sft_model}", *FROM_MODEL, "--set", "data=",
+         "--set", f"output_dir={out}", "--set", "max_steps=1", "--set", "mode=branch",
+         "--set", "reward_funcs=[branch_score]", "--set", "reward_weights=[1.0]", "--set", "rollout_seeds=0-2",
+         "--set", "num_generations=4", "--set", "per_device_train_batch_size=4", "--set", "probe_states=0", "-q"],
+        env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = proc.stdout.strip().splitlines()  # one summary, from rank 0
+    assert orjson.loads(line)["global_step"] == 1 and orjson.loads(line)["resolved"]["world_size"] == 2
+    assert proc.stderr.count("student rollouts: 3 episodes played") == 1
+    weeks = [orjson.loads(x) for x in (out / "student_rollouts.jsonl").read_bytes().splitlines()]
+    assert sorted(w["seed"] for w in weeks) == [0, 1, 2]

@@ -309,6 +309,7 @@ def test_distributed_run_shards_data_and_writes_once(tmp_path, tiny_student, rhy
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = proc.stdout.strip().splitlines()  # one summary, from rank 0
+    assert proc.stderr.count("data: 4 episodes") == 1  # and one process says what it read
     summary = orjson.loads(line)
     # 4 whole weeks, 2 per process, 2 processes: 1 step per epoch (one process alone would need 2)
     assert summary["global_step"] == 2 and abs(summary["epochs"] - 2.0) < 1e-9

@@ -28,7 +28,6 @@ state. Rewards reuse the grader and the planner, so RL and evaluation cannot dis
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -46,6 +45,7 @@ from rhythm.env.randomness import splitmix64_np
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score, true_belief
 from rhythm.protocol import parse_reply
+from rhythm.train.common import is_main_process
 
 ROLLOUT_SAMPLES = 16
 ROLLOUT_HORIZON = 8
@@ -223,7 +223,7 @@ class RewardLog:
         g = self.num_generations
         groups = [totals[i:i + g] for i in range(0, len(totals), g)]
         self._no_spread.append(float(np.mean([max(x) - min(x) <= 1e-12 for x in groups])))
-        if self.path is None or int(os.environ.get("RANK", "0")) != 0:
+        if self.path is None or not is_main_process():
             return
         lines = []
         for i, c in enumerate(completions):

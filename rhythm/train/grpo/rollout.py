@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from rhythm.agents.episodes import play_batch
 from rhythm.agents.model import decision_of
 from rhythm.model.lockstep import LockstepChat
 from rhythm.records import JsonlWriter
+from rhythm.train.common import is_main_process
 from rhythm.train.grpo.data import parse_placeholder
 
 
@@ -87,7 +87,7 @@ def make_week_rollout(name: str, records_path: Path | None) -> Callable[[list[An
                 for (seed, k), record, turns in zip(weeks_here, records, agent.turns, strict=True):
                     record.extra = {"grpo_step": step, "week": k}
                     played[(c, s, seed, k)] = (record, turns)
-        if records_path is not None and int(os.environ.get("RANK", "0")) == 0:
+        if records_path is not None and is_main_process():
             with JsonlWriter(records_path, resume=True) as w:
                 for record, _ in played.values():
                     w.write(record)

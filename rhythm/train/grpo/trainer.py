@@ -57,9 +57,10 @@ from rhythm.agents.tiny import resolve_base
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.errors import RhythmError
 from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter, looks_local
-from rhythm.records import JsonlWriter
+from rhythm.records import write_episodes
 from rhythm.train.common import (
     batch_sizes,
+    is_main_process,
     make_log_callback,
     peft_config,
     prepare_run,
@@ -360,13 +361,11 @@ def _student_rollouts(cfg: GRPORunConfig, out: Path, say: Callable[[str], None])
     options = ModelOptions(max_new_tokens=cfg.max_completion_length, base_model=cfg.model_name_or_path if cfg.adapter else None,
                            dtype="auto", seed=cfg.seed)
     started = time.perf_counter()
-    records = student_rollouts(str(model), specs, options)
+    records = student_rollouts(str(model), specs, options)  # every process plays them: each needs the prompts
+    if not is_main_process():  # one process writes the file (two used to write it at once) and says so
+        return records
     path = out / STUDENT_ROLLOUTS_NAME
-    if path.exists():
-        path.unlink()
-    with JsonlWriter(path) as w:
-        for r in records:
-            w.write(r)
+    write_episodes(path, records)
     mean = sum(r["score"]["final_score"] for r in records) / len(records)
     say(f"student rollouts: {len(records)} episodes played in {time.perf_counter() - started:.0f} s "
         f"(mean final score {mean:.3f}) -> {path}")
@@ -376,6 +375,7 @@ def _student_rollouts(cfg: GRPORunConfig, out: Path, say: Callable[[str], None])
 def run_grpo(cfg: GRPORunConfig, *, quiet: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train, save (and optionally push); returns the run summary (also in ``grpo_summary.json``)."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
+    say = say if is_main_process() else (lambda msg: None)  # under a launcher, one process speaks (errors: each)
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr), cleaned_on_failure(cfg.output_dir):  # stdout: results only
         run = build_trainer(cfg, quiet=quiet, say=say)
