@@ -13,8 +13,10 @@ from rhythm.env import ENV_ID, EPISODE_STEPS
 
 
 @pytest.mark.slow
-def test_ppo_trains_a_few_thousand_steps_and_its_saved_policy_plays_a_week(tmp_path: Path) -> None:
+def test_ppo_trains_a_few_thousand_steps_and_its_saved_policy_plays_a_week(tmp_path: Path, monkeypatch) -> None:
     from stable_baselines3 import PPO
+
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3"))  # SB3's logger folder, else a new /tmp/SB3-* every run
 
     env = gymnasium.make(ENV_ID, condition="in-dist", split="train", seed=0)
     model = PPO("MlpPolicy", env, n_steps=512, batch_size=128, seed=0, device="cpu", stats_window_size=1000)
