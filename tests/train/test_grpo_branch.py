@@ -149,7 +149,8 @@ def test_a_branch_run_under_a_launcher_writes_its_files_once(tmp_path, sft_model
     from pathlib import Path
 
     out = tmp_path / "grpo"
-    env = dict(os.environ, RHYTHM_CACHE=str(rhythm_cache), OMP_NUM_THREADS="1")
+    env = dict(os.environ, RHYTHM_CACHE=str(rhythm_cache), OMP_NUM_THREADS="1",
+               TMPDIR=str(tmp_path))  # torchrun leaves a torchelastic_* folder in TMPDIR
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rhythm.train.grpo",
          "--config", TINY_CONFIG, "--set", f"model_name_or_path={sft_model}", *FROM_MODEL, "--set", "data=",

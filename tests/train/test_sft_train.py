@@ -300,7 +300,8 @@ def test_distributed_run_shards_data_and_writes_once(tmp_path, tiny_student, rhy
     data = tmp_path / "four.jsonl"
     write_episodes(data, [0, 1, 2, 3])
     out = tmp_path / "ddp"
-    env = dict(os.environ, RHYTHM_CACHE=str(rhythm_cache), OMP_NUM_THREADS="1")
+    env = dict(os.environ, RHYTHM_CACHE=str(rhythm_cache), OMP_NUM_THREADS="1",
+               TMPDIR=str(tmp_path))  # torchrun leaves a torchelastic_* folder in TMPDIR
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rhythm.train.sft",
          "--config", "configs/sft-tiny.yaml", "--set", f"data={data}", "--set", f"output_dir={out}", "--set", "max_steps=2",
