@@ -47,14 +47,30 @@ def bench_args(doc: str, *flags: tuple[str, str]) -> argparse.Namespace:
 def report(name: str, results: dict, targets: dict | None = None, check: bool = False) -> None:
     """Print one JSON line: the figures, the targets, whether each is met, and the machine; with ``check`` (the
     benchmark's ``--check``) a missed target exits 1."""
+    from rhythm.provenance import package_version, versions
+
     out = {"benchmark": name, **results, "python": platform.python_version(), "machine": platform.machine(),
-           "cpus": os.cpu_count()}
+           "processor": _processor(), "cpus": os.cpu_count(), "rhythm": package_version(),
+           "versions": versions(("numpy", "torch", "transformers", "trl")),
+           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if targets:
         out["targets"] = targets
         out["met"] = {k: results[k] >= v for k, v in targets.items()}
     print(json.dumps(out), flush=True)
     if targets and not all(out["met"].values()) and check:
         sys.exit(1)
+
+
+def _processor() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what platform says: two machine states of one model
+    differ less than two models."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def run_or_exit(name: str, run: Callable[[Any], None], args: Any) -> None:

@@ -59,6 +59,7 @@ def main() -> None:
     if gen is not None:
         results["generate_0_999_concurrency2_s"] = gen
         results["generate_under_300s"] = gen < 300
+        targets["generate_under_300s"] = True  # the docstring's second target, checked by --check too
     report("bayes_teacher", results, targets, check=args.check)
 
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report  # noqa: E402
+from _common import report, run_or_exit  # noqa: E402
 
 
 class ReencodeAgent:
@@ -78,8 +78,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: a fair one-core comparison)")
     parser.add_argument("--min-speedup", type=float, default=5.0)
     parser.add_argument("--check", action="store_true", help="exit 1 if the target is missed or a reply differs")
-    args = parser.parse_args()
+    run_or_exit("bench_eval_model", _run, parser.parse_args())  # a model path not found: one line, exit 2
 
+
+def _run(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)

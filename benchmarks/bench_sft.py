@@ -24,6 +24,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import report  # noqa: E402
+
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -112,14 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("cpu", "gpu"), default=None)
     args = parser.parse_args(argv)
 
-    import torch
     import transformers
+
+    transformers.logging.set_verbosity_error()
+    with tempfile.TemporaryDirectory(prefix="bench-sft-") as folder:  # the runs' data and checkpoints, removed after
+        run_cases(args, Path(folder))
+    return 0
+
+
+def run_cases(args: argparse.Namespace, tmp: Path) -> None:
+    """Each case of ``args`` timed in ``tmp``, one JSON line each (:func:`_common.report`)."""
+    import torch
 
     from rhythm.agents.tiny import tiny_student_path
     from rhythm.train.sft import SFTRunConfig
 
-    transformers.logging.set_verbosity_error()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-sft-"))
     data = teacher_data(tmp / "teacher.jsonl", args.episodes)
     tiny = str(tiny_student_path())
     base = SFTRunConfig(data=str(data), max_length=1536, learning_rate=3e-3, lr_scheduler_type="constant",
@@ -140,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(json.dumps({"case": "gpu-100m-full", "skipped": "CUDA is not available"}), flush=True)
     for name, cfg in cases:
-        print(json.dumps(run_case(name, cfg, args.warmup, args.steps)), flush=True)
-    return 0
+        result = run_case(name, cfg, args.warmup, args.steps)
+        report(f"sft-{result.pop('case', name)}", result)
 
 
 if __name__ == "__main__":

@@ -89,8 +89,8 @@ class TrainRunConfig:
 
 
 def check_shared(cfg: Any) -> None:
-    """The checks of what both stages have: the bounds their fields declare, steps, dtype, a push's repo and, for a
-    local run, the data files."""
+    """The checks of what both stages have: the bounds their fields declare, steps, dtype, a push's repo, a resume
+    (not from stdin: the piped weeks cannot be compared with the run's) and, for a local run, the data files."""
     check_bounds(cfg)
     if cfg.max_steps == 0 or cfg.max_steps < -1:
         raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
@@ -101,6 +101,9 @@ def check_shared(cfg: Any) -> None:
     if cfg.overwrite_output_dir and resumes(cfg):
         raise RhythmError("resume_from_checkpoint and overwrite_output_dir contradict each other (resume keeps the "
                           "run, overwrite deletes it); give one")
+    if resumes(cfg) and "-" in data_paths(cfg):  # before stdin is read
+        raise RhythmError("a run reading its data from stdin (data=-) cannot be resumed: nothing tells whether the "
+                          "weeks piped now are the ones it trained on; write them to a file and start from that")
     if cfg.jobs.flavor is None:
         check_output(cfg.output_dir, inputs=data_paths(cfg), folder=True, what="output_dir")
         for path in data_paths(cfg):

@@ -35,6 +35,7 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--set", "push_to_hub=true"], "push_to_hub needs hub_model_id"),
         (["--data", "{teacher}", "--set", "min_score=1.5"], "no training examples left"),
         (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no finished checkpoint-N folder (one with trainer_state.json) in"),
+        (["--data", "-", "--resume"], "a run reading its data from stdin (data=-) cannot be resumed"),
         (["--data", "{v1}"], "v1.jsonl:1: record is text protocol v1, this rhythm speaks v2"),
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
         (["--data", "{teacher}", "--set", "context_noise=0.5"], "'context_noise' is no longer a key of SFTRunConfig"),
