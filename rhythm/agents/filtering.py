@@ -109,8 +109,7 @@ def relabel_file(episodes: str, output: str, restore_below: float | None = None,
         records.append(record)
     if not records:
         raise RhythmError(f"no weeks in {episodes}")
-    source = episodes if episodes == "-" else str(Path(episodes).expanduser().resolve())
-    settings = {"episodes": source, "output": output, "restore_below": restore_below}
+    settings = {"episodes": _resolved(episodes), "output": output, "restore_below": restore_below}
     done: set = set()
     if resume and output != "-":
         recorded = read_recorded(sidecar_path(Path(output)))
@@ -135,5 +134,6 @@ def relabel_file(episodes: str, output: str, restore_below: float | None = None,
 
 
 def _resolved(path: Any) -> Any:
-    """A recorded input path as :func:`relabel_file` compares it (files written before it resolved theirs)."""
+    """An input path as :func:`relabel_file` records and compares it: resolved (stdin as ``-``; a recorded one
+    written before paths were resolved is resolved here too)."""
     return path if not isinstance(path, str) or path == "-" else str(Path(path).expanduser().resolve())
