@@ -63,7 +63,7 @@ from rhythm.records import dumps, read_episodes  # noqa: E402
 from rhythm.seeds import parse_seeds  # noqa: E402
 from rhythm.train.common import entry_main  # noqa: E402
 from rhythm.train.data import DataOptions, DataReport, build_examples  # noqa: E402
-from rhythm.train.sft import SFTRunConfig, run_sft  # noqa: E402
+from rhythm.train.sft import SFTRunConfig, run_sft, validate  # noqa: E402
 
 
 class StudentActsTeacherLabels:
@@ -180,7 +180,7 @@ def train(cfg: SFTRunConfig, quiet: bool = False) -> dict[str, Any]:
 
 def main() -> None:
     if sys.argv[1:2] == ["sft"]:
-        sys.exit(entry_main("sft", SFTRunConfig, train, sys.argv[2:], omit=("data",), doc=train.__doc__,
+        sys.exit(entry_main("sft", SFTRunConfig, train, sys.argv[2:], validate, omit=("data",), doc=train.__doc__,
                                 prog="python benchmarks/dagger_probe.py sft"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the student: a rhythm sft output dir")

@@ -46,7 +46,7 @@ from rhythm.train.data import (
     training_template,
     week_replies,
 )
-from rhythm.train.sft import SFTRunConfig, run_sft
+from rhythm.train.sft import SFTRunConfig, run_sft, validate
 
 NOT_BEST = "not its person's best week (own_weeks.py best)"
 BELIEF_NUMBERS = re.compile(r"BELIEF: S=(\d+\.\d+) M=(\d+\.\d+) W=(\d+\.\d+)")  # format_belief's line
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
         weights = functools.partial(filter_weights, keep_actions=args.keep_actions)
         return run_sft(cfg, quiet=quiet, examples=filter_examples(args.share, args.seed), tokenize=weights)
 
-    return entry_main("sft", SFTRunConfig, train, rest, omit=("data",), doc=__doc__.split("\n\n")[0],
+    return entry_main("sft", SFTRunConfig, train, rest, validate, omit=("data",), doc=__doc__.split("\n\n")[0],
                       prog=f"python benchmarks/own_weeks.py {args.variant}")
 
 

@@ -77,5 +77,5 @@ def train(cfg: sft.SFTRunConfig, quiet: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(entry_main("sft", sft.SFTRunConfig, train, sys.argv[1:], omit=("data",), doc=train.__doc__,
+    sys.exit(entry_main("sft", sft.SFTRunConfig, train, sys.argv[1:], sft.validate, omit=("data",), doc=train.__doc__,
                         prog="python benchmarks/truth_belief_probe.py"))

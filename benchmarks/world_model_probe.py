@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         sft.tokenize_examples = world_model_weights(args.own_obs, args.own_reply)  # the probe's one change
         return sft.run_sft(cfg, quiet=quiet)
 
-    return entry_main("sft", sft.SFTRunConfig, train, rest, omit=("data",), doc=__doc__.split("\n\n")[0],
+    return entry_main("sft", sft.SFTRunConfig, train, rest, sft.validate, omit=("data",), doc=__doc__.split("\n\n")[0],
                       prog="python benchmarks/world_model_probe.py")
 
 

@@ -87,6 +87,11 @@ def test_resume_refuses_a_file_made_with_other_settings(tmp_path: Path) -> None:
         with pytest.raises(RhythmError, match=rf"holds weeks made with other settings \(.*: {change}\): --resume would mix them"):
             generate(replace(other, seeds="0-5", resume=True))
     assert out.read_bytes() == before
+    with pytest.raises(RhythmError, match=r"holds train-split weeks; this run plays the eval split: --resume would mix"):
+        generate(replace(cfg, seeds="0-5", split="eval", resume=True))
+    assert out.read_bytes() == before
+    generate(replace(cfg, seeds="0-1", condition="ood", resume=True))  # another condition, the same split: one file
+    assert {(r["condition"], r["split"]) for r in _lines(out)} == {("in-dist", "train"), ("ood", "train")}
 
 
 @pytest.mark.slow  # > 3 s on 2 cores

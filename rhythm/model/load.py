@@ -134,6 +134,20 @@ def looks_local(path: str) -> bool:
     return path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
 
 
+def means_local(path: str) -> bool:
+    """A name meant as a folder here, though it may read as a Hub id: a path (:func:`looks_local`), one under
+    ``runs/`` (where rhythm's configs write) or one whose first part is a folder here (``out/sft``). A missing one
+    is a typo to report at once: asked of the Hub, offline, it fails only after a minute of retries."""
+    first = path.split("/")[0]
+    return looks_local(path) or path.startswith("runs/") or ("/" in path and Path(first).expanduser().is_dir())
+
+
+def check_model_exists(path: str, what: str = "model path") -> None:
+    """Refuse a missing folder :func:`means_local` (one line) before anything asks the Hub for it."""
+    if means_local(path) and not Path(path).expanduser().exists():
+        raise RhythmError(f"{what} not found: {path}")
+
+
 def adapter_config(path: str) -> dict[str, Any] | None:
     """The PEFT adapter config of ``path`` (local dir or Hub id), or None if it is a full model."""
     local = Path(path).expanduser()
@@ -189,13 +203,13 @@ def no_loading_bars() -> Iterator[None]:
 def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] = str) -> tuple[Any, Any, ModelSource]:
     """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base.
     ``resolve`` maps a model name (PATH, an adapter's base) to what ``from_pretrained`` loads."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not path:
         raise RhythmError("model agent needs a path or Hub id, e.g. model:runs/sft/adapter or model:rhythm-tiny")
     resolved = resolve(path)
-    if looks_local(resolved) and not Path(resolved).expanduser().exists():
-        raise RhythmError(f"model path not found: {path}")
+    check_model_exists(resolved)
     device = pick_device(options.device)
     dtype = pick_dtype(options.dtype, device)
     adapter = adapter_config(resolved)
@@ -215,7 +229,7 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
         tokenizer = AutoTokenizer.from_pretrained(str(Path(tok_source).expanduser()) if _has_tokenizer(tok_source) else tok_source)
         with no_loading_bars():
             model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a weights file cut short
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RhythmError(
             f"cannot load model {base!r} (from model:{path}): {first} "
@@ -236,6 +250,7 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
 def load_adapter(model: Any, adapter: str, *, name: str, base: str, trainable: bool) -> Any:
     """A PEFT LoRA adapter onto its loaded base: trainable (GRPO), or merged into it for inference."""
     from peft import PeftModel
+    from safetensors import SafetensorError
 
     try:
         with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
@@ -243,7 +258,7 @@ def load_adapter(model: Any, adapter: str, *, name: str, base: str, trainable: b
             if trainable:
                 return PeftModel.from_pretrained(model, adapter, is_trainable=True)
             return PeftModel.from_pretrained(model, adapter).merge_and_unload()
-    except (OSError, ValueError, RuntimeError, KeyError) as err:
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as err:
         raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r}: {str(err).splitlines()[0]}") from None
 
 

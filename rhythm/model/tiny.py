@@ -28,6 +28,7 @@ model to stop.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,6 +40,7 @@ from pathlib import Path
 
 from rhythm.env.constants import ACTIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION
 from rhythm.env.render import METER_HEADER, when
+from rhythm.errors import RhythmError
 from rhythm.protocol import SYSTEM_PROMPT
 from rhythm.provenance import package_version, versions
 
@@ -182,7 +184,9 @@ def build_tiny_student(out_dir: str | Path, corpus: list[str], spec: TinySpec = 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "rhythm_tiny.json").write_text(json.dumps({"name": TINY_NAME, "spec": asdict(spec), "versions": versions()}, indent=2))
+    files = {f.name: f.stat().st_size for f in sorted(out.iterdir()) if f.is_file()}  # what a later use checks is whole
+    (out / MARK).write_text(json.dumps({"name": TINY_NAME, "spec": asdict(spec), "versions": versions(), "files": files},
+                                       indent=2))
     return out
 
 
@@ -227,13 +231,15 @@ def numeric_embeddings(model, tokenizer) -> int:
 def tiny_cache_path(spec: TinySpec, corpus: list[str]) -> Path:
     """Where the tiny student of ``spec`` and ``corpus`` is cached (built or not): a hash of everything it
     is built from (spec, corpus text, protocol tokens, chat template, env and protocol versions, code version,
-    and this module's source: the tokenizer's training, the architecture and the numeric embeddings)."""
+    this module's source: the tokenizer's training, the architecture and the numeric embeddings; and the versions of
+    the libraries that train the tokenizer and draw the initial weights, :data:`BUILT_WITH`)."""
 
     def digest(texts: list[str]) -> str:
         return hashlib.sha256("\x00".join(texts).encode()).hexdigest()
 
     payload = {"spec": asdict(spec), "corpus": digest(corpus), "tokens": digest(protocol_tokens()), "template": digest([CHAT_TEMPLATE]),
-               "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "code": package_version(), "build": build_code_digest(), "v": 3}
+               "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "code": package_version(), "build": build_code_digest(),
+               "libraries": {k: v for k, v in versions(BUILT_WITH).items() if k in BUILT_WITH}, "v": 3}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
     return cache_dir() / f"{TINY_NAME}-{key}"
 
@@ -244,15 +250,24 @@ def build_code_digest() -> str:
 
 
 def cached_tiny_student(spec: TinySpec, corpus: list[str]) -> Path:
-    """The cached tiny student of ``spec`` and ``corpus``, built on first use (atomically, so parallel
-    callers are safe)."""
+    """The cached tiny student of ``spec`` and ``corpus``, built on first use (atomically, so parallel callers are
+    safe). A cached folder that is not whole (a file missing or cut short since it was built) is built again."""
     final = tiny_cache_path(spec, corpus)
-    if (final / "rhythm_tiny.json").exists():
+    if is_whole(final):
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=final.parent))
+    except OSError as err:
+        raise RhythmError(f"cannot build the tiny student in {final.parent} ({err.strerror or err}); set RHYTHM_CACHE "
+                          "to a folder this user can write") from None
     try:
         build_tiny_student(tmp, corpus, spec)
+        readable(tmp)
+        if final.exists() and not is_whole(final):  # damaged: set aside, then removed (a reader of the old one keeps its open files)
+            with contextlib.suppress(OSError):
+                final.rename(stale := tmp.with_name(f"{tmp.name}-stale"))
+                shutil.rmtree(stale, ignore_errors=True)
         try:
             tmp.rename(final)
         except OSError:  # another process won the race; theirs is identical
@@ -261,6 +276,32 @@ def cached_tiny_student(spec: TinySpec, corpus: list[str]) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+MARK = "rhythm_tiny.json"
+"""Written last into a built student: its spec, versions and the size of every file beside it."""
+
+BUILT_WITH = ("tokenizers", "torch", "transformers")
+"""The libraries whose versions decide the built student (its tokenizer's merges, its initial weights)."""
+
+
+def is_whole(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished build: its :data:`MARK`, and every file it lists at the size it had."""
+    try:
+        files = json.loads((folder / MARK).read_text())["files"]
+        return all((folder / name).stat().st_size == size for name, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def readable(folder: Path) -> None:
+    """Give a build the permissions the user's umask gives new files (``mkdtemp`` makes its folder private): a
+    cache shared by several users, or read in a container under another uid, must be readable by them."""
+    mask = os.umask(0)
+    os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+    for entry in folder.iterdir():
+        entry.chmod((0o777 if entry.is_dir() else 0o666) & ~mask)
 
 
 TINY_MODELS = {TINY_NAME: TinySpec(), f"{TINY_NAME}-4l": TinySpec(num_hidden_layers=4)}

@@ -115,6 +115,10 @@ def open_output(
         raise RhythmError(f"{cfg.output} holds weeks made with other settings (config_hash {', '.join(map(str, other))}; "
                           f"these are {chash}{': ' + differs if differs else ''}): --resume would mix them; give "
                           "another --output, or drop --resume")
+    splits = sorted({key[1] for key in done} - {cfg.split})
+    if splits:  # training data that held eval people would be graded on people it learned
+        raise RhythmError(f"{cfg.output} holds {' and '.join(splits)}-split weeks; this run plays the {cfg.split} "
+                          "split: --resume would mix the splits in one file; give another --output")
     todo = [s for s in seeds if (cfg.condition, cfg.split, s) not in done]
     summary = GenerateSummary(skipped=len(seeds) - len(todo), output=cfg.output)
     if on_total:

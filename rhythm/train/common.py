@@ -19,10 +19,12 @@ from annotated_types import Ge, Gt
 
 from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
 from rhythm.errors import RhythmError
+from rhythm.locking import output_lock
 from rhythm.provenance import made_by
 from rhythm.records import check_output
 from rhythm.train.hub import model_card, push_folder
 from rhythm.train.jobs import JobsConfig, resumes
+from rhythm.train.processes import end_distributed, is_main_process, world_size
 from rhythm.train.run_folder import check_inputs_outside, claim_output_dir, data_digest, data_paths
 
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -114,17 +116,6 @@ def check_shared(cfg: Any) -> None:
                               "the stream; give a file")
         if cfg.overwrite_output_dir:
             check_inputs_outside(cfg.output_dir, [*data_paths(cfg), cfg.model_name_or_path, getattr(cfg, "adapter", None)])
-
-
-def world_size() -> int:
-    """The processes a distributed launcher started (``torchrun`` / ``accelerate`` set ``WORLD_SIZE``); 1 alone."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def is_main_process() -> bool:
-    """Whether this is the launch's first process (``RANK`` 0; the only one without a launcher): the one that writes
-    the run's shared files and says what it did, before the trainer (which knows its own rank) exists."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def prepare_run(cfg: Any, stage: str, quiet: bool) -> tuple[Path, str | None, dict[str, Any]]:
@@ -315,10 +306,12 @@ def write_summary(cfg: Any, stage: str, summary: dict[str, Any], commit_message:
 
 
 def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
-               omit: Collection[str] = (), doc: str | None = None, prog: str | None = None) -> int:
+               validate: Callable[[C], None], omit: Collection[str] = (), doc: str | None = None,
+               prog: str | None = None) -> int:
     """``python -m rhythm.train.STAGE [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
     Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints the summary less ``omit``
-    as one JSON line (rank 0 only); ``prog`` names the program in its help (default ``python -m rhythm.train.STAGE``)."""
+    as one JSON line (rank 0 only); ``prog`` names the program in its help (default ``python -m rhythm.train.STAGE``).
+    A config that loads or ``validate``s badly is the same in every process of a launch: rank 0 alone says so."""
     import argparse
 
     parser = argparse.ArgumentParser(prog=prog or f"python -m rhythm.train.{stage}", description=doc)
@@ -329,9 +322,17 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
     ns = parser.parse_args(argv)
     try:
         cfg = load_config(cls, ns.config, ns.overrides)
-        if cfg.jobs.flavor:
-            cfg = replace(cfg, jobs=replace(cfg.jobs, flavor=None))  # already where it should run
-        summary = run(cfg, quiet=ns.quiet)
+        validate(cfg)
+    except RhythmError as err:  # the same in every process of a launch: said once
+        if is_main_process():
+            print(f"rhythm {stage}: error: {err}", file=sys.stderr)
+        return 2
+    if cfg.jobs.flavor:
+        cfg = replace(cfg, jobs=replace(cfg.jobs, flavor=None))  # already where it should run
+    try:  # a run's error may be one process's own (its device, its share of the data): each says its own
+        # one run per output folder, as rhythm STAGE: the launch's first process holds the lock for all of them
+        with output_lock(cfg.output_dir if is_main_process() else None):
+            summary = run(cfg, quiet=ns.quiet)
     except RhythmError as err:
         print(f"rhythm {stage}: error: {err}", file=sys.stderr)
         return 2
@@ -339,16 +340,3 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
         sys.stdout.write(orjson.dumps({k: v for k, v in summary.items() if k not in omit}).decode() + "\n")
     end_distributed()
     return 0
-
-
-def end_distributed() -> None:
-    """Under a distributed launcher, wait for every rank, then close the process group. A process that
-    exits with gloo's group still open can abort in its C++ teardown ("terminate called without an
-    active exception", SIGABRT) after training finished, failing the whole launch."""
-    if "torch" not in sys.modules:
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()

@@ -17,6 +17,7 @@ from rhythm.config import config_dict, flat_settings, read_recorded, settings_ch
 from rhythm.errors import RhythmError
 from rhythm.provenance import file_digest
 from rhythm.train.jobs import resumes
+from rhythm.train.processes import is_main_process, world_size
 
 LOG_NAME = "training_log.jsonl"
 
@@ -24,7 +25,8 @@ LOG_NAME = "training_log.jsonl"
 def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
     """``output_dir`` made ready for a run of ``stage``: the checkpoint to resume from (trained with these settings,
     not finished: :func:`check_resume`), or a folder that holds no earlier run (one that does needs resuming, or
-    ``overwrite_output_dir``, which empties it). Returns ``(output_dir, resume)``."""
+    ``overwrite_output_dir``, which empties it of the last run's model, adapter and logs: none may pass for this
+    run's). Returns ``(output_dir, resume)``."""
     resume = resume_path(cfg)
     out = Path(cfg.output_dir)
     if resume is not None:
@@ -33,7 +35,8 @@ def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
                               "pass overwrite_output_dir=true, or choose another output_dir")
-        empty_folder(out)  # the last run's model, adapter and logs too: none may pass for this run's
+        if is_main_process():  # under a launcher one process empties it (all at once raced each other's deletes);
+            empty_folder(out)  # the others write nothing there before the first step, which waits for this one
     out.mkdir(parents=True, exist_ok=True)
     return out, resume
 
@@ -86,7 +89,8 @@ PATH_SETTINGS = ("data", "model_name_or_path", "adapter")
 def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
     """Refuse to resume a run that finished (its summary is at the checkpoint's step, and the run is not made
     longer), one whose ``STAGE_config.yaml`` records other settings than :data:`RESUME_MAY_CHANGE` allows (a setting
-    that one side does not know, from another rhythm version, is not compared), or one whose data files changed."""
+    that one side does not know, from another rhythm version, is not compared), one whose data files changed, or
+    one started under another number of processes (a launcher's ``WORLD_SIZE``)."""
     run, at = checkpoint.parent, checkpoint_step(checkpoint)
     found = read_recorded(run / f"{stage}_config.yaml")
     settings, provenance = found if found is not None else ({}, {})
@@ -104,6 +108,10 @@ def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
     recorded = provenance.get("data_digest")
     if not differs and recorded is not None and recorded != data_digest(cfg):
         differs = "the data files changed since the run started (their digest differs)"
+    processes = (provenance.get("resolved") or {}).get("world_size")
+    if not differs and processes is not None and processes != world_size():
+        differs = (f"{processes} process(es), now {world_size()}: each optimizer step would take another batch, "
+                   "and the data order would not resume where it stopped")
     if differs:
         raise RhythmError(f"{run} was trained with other settings ({differs}); resuming would train a run no config "
                           f"describes: resume with its {stage}_config.yaml's settings, or start afresh in another "

@@ -30,14 +30,13 @@ import orjson
 from rhythm.agents.tiny import resolve_model
 from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
-from rhythm.model.load import HUB_HINT, looks_local
+from rhythm.model.load import HUB_HINT, check_model_exists, looks_local
 from rhythm.train.common import (
     LearningRate,
     TrainRunConfig,
     batch_sizes,
     check_shared,
     entry_main,
-    is_main_process,
     make_log_callback,
     peft_config,
     prepare_run,
@@ -50,6 +49,7 @@ from rhythm.train.common import (
 )
 from rhythm.train.data import DataOptions, DataReport, build_examples, tokenize_examples
 from rhythm.train.jobs import JobsConfig
+from rhythm.train.processes import is_main_process
 from rhythm.train.run_folder import LOG_NAME, cleaned_on_failure, data_paths, train_or_finish
 
 REPORT_NAME = "data_report.json"
@@ -222,14 +222,14 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     ``cfg.data`` into rows and ``tokenize`` rows into tokens with loss weights: :func:`build_examples` and
     :func:`tokenize_examples`, unless a probe brings its own (benchmarks/dagger_probe.py, own_weeks.py)."""
     validate(cfg)
-    if looks_local(cfg.model_name_or_path) and not Path(cfg.model_name_or_path).expanduser().exists():
-        raise RhythmError(f"model path not found: {cfg.model_name_or_path}")
+    check_model_exists(cfg.model_name_or_path)
     options = DataOptions(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DataOptions)})
     rows, report = examples(data_paths(cfg), options)  # before torch is imported: a bad record fails at once
     out, resume, resolved = prepare_run(cfg, "sft", quiet)
     model_path = resolved["model_path"] = resolve_model(cfg.model_name_or_path)
 
     from datasets import Dataset
+    from safetensors import SafetensorError
     from transformers import AutoTokenizer
 
     try:
@@ -250,7 +250,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
             peft_config=peft_config(cfg) if cfg.use_peft else None,
             callbacks=[make_log_callback(out / LOG_NAME, "sft"), *(callbacks or [])],
         )
-    except OSError as err:
+    except (OSError, SafetensorError) as err:  # SafetensorError: a weights file cut short
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
     resolved.update(batch_sizes(trainer.args))
     return SFTRun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, resume)
@@ -321,7 +321,7 @@ def _restore_token_count(trainer: Any, checkpoint: str | None) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rhythm.train.sft [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and jobs run."""
-    return entry_main("sft", SFTRunConfig, run_sft, argv, omit=("data",), doc=main.__doc__)
+    return entry_main("sft", SFTRunConfig, run_sft, argv, validate, omit=("data",), doc=main.__doc__)
 
 
 if __name__ == "__main__":

@@ -366,6 +366,37 @@ def test_bad_model_input_is_one_line(run_cli, tiny_student: Path, tmp_path: Path
         pick_dtype("float8", "cpu")
 
 
+@pytest.mark.parametrize("name, local", [("runs/typo", True), ("out/sft", True), ("./x", True), ("a/b/c", True),
+                                         ("Qwen/Qwen2.5-3B-Instruct", False), ("gpt2", False), ("me/rhythm-sft", False)])
+def test_a_name_meant_as_a_folder_here_is_not_asked_of_the_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              name: str, local: bool) -> None:
+    """``runs/typo`` reads as a Hub id (owner runs): asked of the Hub offline, it failed after a minute of retries. A
+    name under runs/ or under a folder here is a path: missing, it is one line at once."""
+    from rhythm.model.load import check_model_exists, means_local
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    assert means_local(name) is local
+    if local:
+        with pytest.raises(RhythmError, match=f"model path not found: {name}$"):
+            check_model_exists(name)
+    else:
+        check_model_exists(name)  # a Hub id: loading it says whether it is there
+
+
+def test_a_model_whose_weights_were_cut_short_is_one_line(tiny_student: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from rhythm.model.load import ModelOptions, load_model
+
+    copy = tmp_path / "model"
+    shutil.copytree(tiny_student, copy)
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(RhythmError, match=r"cannot load model .*model.* \(from model:"):
+        load_model(str(copy), ModelOptions(device="cpu"))
+
+
 def test_act_answers_every_live_episode(tiny_agent) -> None:
     import numpy as np
 

@@ -317,6 +317,56 @@ def test_episode_mode_plays_whole_weeks_and_rewards_their_final_score(tmp_path, 
     assert all("probe/kl" in e for e in log if "rewards/final_score/mean" in e)
 
 
+@pytest.mark.slow
+def test_episode_mode_under_a_launcher_deals_each_process_its_own_people(tmp_path, teacher, sft_model, rhythm_cache):
+    """Two CPU processes under torchrun: each plays whole weeks of its own person (both used to play the same weeks,
+    and a group could hold weeks 0, 1, 0, 1: two copies of each), and one writes every process's weeks."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "episode"
+    env = dict(os.environ, RHYTHM_CACHE=str(rhythm_cache), OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    overrides = ["adapter=null", f"model_name_or_path={sft_model}", "use_peft=false", f"data={teacher}",
+                 f"output_dir={out}", "mode=episode", "max_steps=1", "num_generations=2", "episode.every_k_turns=7",
+                 "episode.episodes_per_step=2", "per_device_train_batch_size=8", "max_completion_length=24",
+                 "reward_funcs=[final_score,format]", "reward_weights=[1.0,0.1]", "probe_states=0"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rhythm.train.grpo",
+         "--config", TINY_CONFIG, *[a for kv in overrides for a in ("--set", kv)], "-q"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = proc.stdout.strip().splitlines()
+    summary = orjson.loads(line)
+    assert summary["resolved"]["world_size"] == 2
+    assert summary["trl"] == {"generation_batch_size": 16, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
+    weeks = [orjson.loads(x) for x in (out / "episode_rollouts.jsonl").read_bytes().splitlines()]
+    people = {(w["condition"], w["seed"]) for w in weeks}
+    assert len(weeks) == 4 and len(people) == 2  # two people, two weeks each: one person per process
+    assert sorted((w["seed"], w["week"]) for w in weeks) == sorted((s, k) for _, s in people for k in (0, 1))
+    lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
+    for members in _groups(lines).values():  # every group: one turn of one person, in two different weeks
+        assert sorted(m["week"] for m in members) == [0, 1] and len({m["t"] for m in members}) == 1
+
+
+def test_episode_mode_under_a_launcher_needs_whole_people_per_process(monkeypatch, teacher):
+    from rhythm.errors import RhythmError
+    from rhythm.train.grpo import validate
+
+    cfg = load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml", [f"data={teacher}", "adapter=null"])
+    validate(cfg)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RhythmError, match=r"each process plays whole people, so episode.episodes_per_step \(1\) must be "
+                                          r"a multiple of 2"):
+        validate(cfg)
+    with pytest.raises(RhythmError, match=r"generates 28 completions per step and process \(7 turns x 4 weeks x 2 "
+                                          r"people / 2 processes\); per_device_train_batch_size \(8\) must divide it"):
+        validate(load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml",
+                             [f"data={teacher}", "adapter=null", "episode.episodes_per_step=2", "per_device_train_batch_size=8"]))
+    validate(load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml", [f"data={teacher}", "adapter=null", "episode.episodes_per_step=2"]))
+
+
 def _groups(lines: list[dict]) -> dict:
     out = defaultdict(list)
     for ln in lines:

@@ -138,6 +138,31 @@ def test_a_resume_with_other_settings_than_the_runs_is_refused_and_named(tmp_pat
     assert prepare_run(Run("run", resume_from_checkpoint="latest", learning_rate=0.1), "sft", quiet=True)[1]
 
 
+def test_a_resume_under_another_number_of_processes_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launcher's processes decide the batch of an optimizer step and where the data order resumes."""
+    _checkpoint(tmp_path / "run", 2)
+    write_config(Run(str(tmp_path / "run")), tmp_path / "run" / "sft_config.yaml", extra={"resolved": {"world_size": 2}})
+    cfg = Run(str(tmp_path / "run"), resume_from_checkpoint="latest")
+    with pytest.raises(RhythmError, match=r"other settings \(2 process\(es\), now 1: each optimizer step would take"):
+        prepare_run(cfg, "sft", quiet=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert prepare_run(cfg, "sft", quiet=True)[1].endswith("checkpoint-2")
+
+
+def test_under_a_launcher_the_first_process_alone_empties_an_overwritten_folder(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """All processes deleting the same files at once failed now and then (one found a file another had deleted)."""
+    run = tmp_path / "run"
+    _checkpoint(run, 2)
+    cfg = Run(str(run), overwrite_output_dir=True)
+    monkeypatch.setenv("RANK", "1")
+    prepare_run(cfg, "sft", quiet=True)
+    assert (run / "checkpoint-2").is_dir()
+    monkeypatch.setenv("RANK", "0")
+    prepare_run(cfg, "sft", quiet=True)
+    assert list(run.iterdir()) == []
+
+
 def test_overwriting_refuses_to_delete_the_runs_own_inputs(tmp_path: Path) -> None:
     """``overwrite_output_dir`` empties the folder before the model is read: a model trained on in place, or data kept
     in the run's folder, would be gone before the run could fail on it."""

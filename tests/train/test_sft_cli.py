@@ -106,6 +106,35 @@ def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teac
     assert (out / "training_log.jsonl").read_bytes() == b'{"step": 1}\n'
 
 
+def test_the_python_m_entry_takes_the_output_folders_lock_in_its_first_process(tmp_path, teacher, capsys, monkeypatch):
+    """``python -m rhythm.train.sft`` holds the lock ``rhythm sft`` holds: a second run stops at once, the folder
+    untouched; under a launcher the first process alone takes it (the others run under its lock)."""
+    from rhythm.train.sft import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "training_log.jsonl").write_bytes(b'{"step": 1}\n')
+    args = ["--config", "configs/sft-tiny.yaml", "--set", f"data={teacher}", "--set", f"output_dir={out}", "--set",
+            "overwrite_output_dir=true", "-q"]
+    with output_lock(out):
+        assert main(args) == 2
+        assert capsys.readouterr().err.strip().startswith(f"rhythm sft: error: {out} is being written by another")
+        monkeypatch.setenv("RANK", "1")  # a later process of a launch: past the lock, to the run, which here stops
+        assert main([*args, "--set", "model_name_or_path=runs/typo"]) == 2
+        assert capsys.readouterr().err.strip() == "rhythm sft: error: model path not found: runs/typo"
+    assert (out / "training_log.jsonl").read_bytes() == b'{"step": 1}\n'
+
+
+def test_a_bad_config_under_a_launcher_is_said_by_its_first_process_only(capsys, monkeypatch):
+    """Every process of a launch loads the same config: one line, not one per process (all exit 2)."""
+    from rhythm.train.sft import main
+
+    for rank, said in (("1", ""), ("0", "rhythm sft: error: max_steps must be positive or -1, got 0")):
+        monkeypatch.setenv("RANK", rank)
+        assert main(["--config", "configs/sft-tiny.yaml", "--set", "max_steps=0"]) == 2
+        assert capsys.readouterr().err.strip() == said
+
+
 def test_the_summary_line_does_not_read_one_logged_loss_as_a_loss_that_never_moved() -> None:
     from rhythm.cli.sft import _line
 

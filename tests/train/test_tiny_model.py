@@ -94,3 +94,62 @@ def test_env_protocol_and_code_versions_are_in_the_tiny_cache_key(monkeypatch, r
 def test_the_tiny_cache_key_is_stable_and_follows_the_spec(rhythm_cache):
     assert _key() == _key()
     assert tiny_cache_path(TinySpec(seed=1), protocol_corpus(TinySpec())).name != _key()
+
+
+def test_the_libraries_that_build_the_student_are_in_the_tiny_cache_key(monkeypatch, rhythm_cache):
+    before = _key()
+    real = tiny.versions
+    monkeypatch.setattr(tiny, "versions", lambda names=(): {**real(names), "transformers": "0.0.1"})
+    assert _key() != before
+
+
+SMALL_CORPUS = ["Mon morning. Meters V C P S N: 0.50 0.40 0.30 0.60 0.70", "BELIEF: S=0.50 M=0.50 W=0.50\nACTION: REST"]
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """An empty cache of this test's own, and a build of a tiny corpus in it (seconds, not the shipped corpus's)."""
+    monkeypatch.setenv("RHYTHM_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "remove", "no mark"])
+def test_a_damaged_cached_student_is_built_again(own_cache, damage):
+    from transformers import AutoModelForCausalLM
+
+    first = tiny.cached_tiny_student(TinySpec(), SMALL_CORPUS)
+    weights = first / "model.safetensors"
+    intact = weights.read_bytes()
+    if damage == "truncate":
+        weights.write_bytes(intact[: len(intact) // 2])
+    elif damage == "remove":
+        weights.unlink()
+    else:
+        (first / tiny.MARK).unlink()
+    assert not tiny.is_whole(first)
+    again = tiny.cached_tiny_student(TinySpec(), SMALL_CORPUS)
+    assert again == first and tiny.is_whole(again) and weights.read_bytes() == intact  # the same build, whole
+    AutoModelForCausalLM.from_pretrained(again)
+    assert [p.name for p in own_cache.iterdir()] == [first.name]  # no temporary or set-aside folder left
+
+
+def test_the_cached_student_is_readable_by_others_as_the_umask_allows(own_cache):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        built = tiny.cached_tiny_student(TinySpec(), SMALL_CORPUS)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(built.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(f.stat().st_mode) for f in built.iterdir()} == {0o644}
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_naming_rhythm_cache(tmp_path, monkeypatch):
+    from rhythm.errors import RhythmError
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("RHYTHM_CACHE", str(tmp_path / "file" / "cache"))  # under a file: not even root can write it
+    with pytest.raises(RhythmError, match=r"cannot build the tiny student in .*file/cache .*set RHYTHM_CACHE"):
+        tiny.cached_tiny_student(TinySpec(), SMALL_CORPUS)

@@ -12,11 +12,12 @@ from annotated_types import Ge, Gt, Interval
 from rhythm.config import NonNegative, Positive, check_bounds
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
-from rhythm.model.load import looks_local
+from rhythm.model.load import means_local
 from rhythm.seeds import parse_seeds
 from rhythm.train.common import LearningRate, TrainRunConfig, check_shared
 from rhythm.train.grpo.rewards import REWARD_FUNCS
 from rhythm.train.jobs import JobsConfig
+from rhythm.train.processes import world_size
 from rhythm.train.run_folder import data_paths
 
 MODES = ("step", "branch", "episode")
@@ -180,9 +181,9 @@ class GRPORunConfig(TrainRunConfig):
 
 
 def _adapter_looks_local(path: str) -> bool:
-    """An adapter name that means a folder here: a path (:func:`rhythm.model.load.looks_local`), a name
-    without an owner, something that exists, or a name whose first part is a folder here."""
-    return looks_local(path) or "/" not in path or Path(path).expanduser().exists() or Path(path.split("/")[0]).is_dir()
+    """An adapter name that means a folder here: :func:`rhythm.model.load.means_local`, a name without an owner,
+    or something that exists."""
+    return means_local(path) or "/" not in path or Path(path).expanduser().exists()
 
 
 def validate(cfg: GRPORunConfig) -> None:
@@ -233,10 +234,15 @@ def validate(cfg: GRPORunConfig) -> None:
         if step.generation_batch_size is not None and step.generation_batch_size % cfg.per_device_train_batch_size:
             raise RhythmError(f"step.generation_batch_size ({step.generation_batch_size}) must be divisible by "
                               f"per_device_train_batch_size ({cfg.per_device_train_batch_size})")
-    elif episode_batch(cfg) % cfg.per_device_train_batch_size:
+    elif cfg.episode.episodes_per_step % world_size():
+        raise RhythmError(f"episode mode under a launcher of {world_size()} processes: each process plays whole people, "
+                          f"so episode.episodes_per_step ({cfg.episode.episodes_per_step}) must be a multiple of "
+                          f"{world_size()}")
+    elif (episode_batch(cfg) // world_size()) % cfg.per_device_train_batch_size:
         raise RhythmError(
-            f"episode mode generates {episode_batch(cfg)} completions per step ({turns_per_week(cfg)} turns x "
-            f"{cfg.num_generations} weeks x {cfg.episode.episodes_per_step} people); per_device_train_batch_size "
+            f"episode mode generates {episode_batch(cfg) // world_size()} completions per step and process "
+            f"({turns_per_week(cfg)} turns x {cfg.num_generations} weeks x {cfg.episode.episodes_per_step} people"
+            f"{f' / {world_size()} processes' if world_size() > 1 else ''}); per_device_train_batch_size "
             f"({cfg.per_device_train_batch_size}) must divide it"
         )
     if cfg.anchor_weight > 0 and cfg.mode == "episode":
@@ -293,5 +299,6 @@ def turns_per_week(cfg: GRPORunConfig) -> int:
 
 
 def episode_batch(cfg: GRPORunConfig) -> int:
-    """Episode mode: completions per generation batch (trained turns x weeks per person x people)."""
+    """Episode mode: completions per generation batch, all processes together (trained turns x weeks per person x
+    people)."""
     return turns_per_week(cfg) * cfg.num_generations * cfg.episode.episodes_per_step

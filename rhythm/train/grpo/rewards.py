@@ -45,7 +45,7 @@ from rhythm.env.randomness import splitmix64_np
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score, true_belief
 from rhythm.protocol import parse_reply
-from rhythm.train.common import is_main_process
+from rhythm.train.processes import is_main_process, rank, world_size
 
 ROLLOUT_SAMPLES = 16
 ROLLOUT_HORIZON = 8
@@ -223,13 +223,14 @@ class RewardLog:
         g = self.num_generations
         groups = [totals[i:i + g] for i in range(0, len(totals), g)]
         self._no_spread.append(float(np.mean([max(x) - min(x) <= 1e-12 for x in groups])))
-        if self.path is None or not is_main_process():
+        if self.path is None:
             return
         lines = []
+        first_group = rank() * len(groups)  # a launch's processes score their own shares: groups numbered across them
         for i, c in enumerate(completions):
             text = completion_text(c)
             parsed = parse_reply(text)
-            line: dict[str, Any] = {"step": step, "batch": self.batches, "group": i // self.num_generations}
+            line: dict[str, Any] = {"step": step, "batch": self.batches, "group": first_group + i // self.num_generations}
             for key in ("condition", "split", "seed", "t", "prefix", "week", "final_score", "final_score_v2", "branch_score"):
                 if key in kwargs:
                     line[key] = kwargs[key][i]
@@ -239,6 +240,12 @@ class RewardLog:
             if self.log_replies:
                 line["reply"] = text
             lines.append(orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        if world_size() > 1:  # every process scores each batch: all take part, the first writes them all
+            from accelerate.utils import gather_object
+
+            lines = gather_object(lines)
+        if not is_main_process():
+            return
         with self.path.open("ab") as fh:
             fh.write(b"".join(lines))
             fh.flush()

@@ -56,18 +56,24 @@ import orjson
 from rhythm.agents.tiny import resolve_base
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.errors import RhythmError
-from rhythm.model.load import ModelOptions, adapter_config, finish_tokenizer, load_adapter, looks_local
+from rhythm.model.load import (
+    ModelOptions,
+    adapter_config,
+    check_model_exists,
+    finish_tokenizer,
+    load_adapter,
+    looks_local,
+    means_local,
+)
 from rhythm.records import write_episodes
 from rhythm.train.common import (
     batch_sizes,
-    is_main_process,
     make_log_callback,
     peft_config,
     prepare_run,
     quiet_trainer,
     series,
     trainer_args,
-    world_size,
     write_run_start,
     write_summary,
 )
@@ -86,6 +92,7 @@ from rhythm.train.grpo.data import (
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
+from rhythm.train.processes import is_main_process, world_size
 from rhythm.train.run_folder import LOG_NAME, checkpoint_step, cleaned_on_failure, data_paths, train_or_finish
 
 REWARD_LOG_NAME = "reward_log.jsonl"
@@ -120,6 +127,7 @@ def start_from_full_weights(cfg: GRPORunConfig, say: Callable[[str], None]) -> G
 def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """``(model, tokenizer, source)``: the SFT adapter on its base, trainable; or the bare base model."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source: dict[str, Any] = {"adapter": cfg.adapter}
@@ -138,6 +146,7 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     else:
         base_name = cfg.model_name_or_path
     base = resolve_base(str(base_name))
+    check_model_exists(base)
     source["base"] = base
     local_adapter = cfg.adapter is not None and Path(cfg.adapter).expanduser().is_dir()
     tok_source = cfg.adapter if local_adapter and (Path(cfg.adapter) / "tokenizer_config.json").is_file() else base
@@ -147,7 +156,7 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     try:
         tokenizer = AutoTokenizer.from_pretrained(tok_source)
         model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a weights file cut short
         raise RhythmError(f"cannot load model {base!r}: {str(err).strip().splitlines()[0]}{hint}") from None
     source["tokenizer"] = str(tok_source)
     if cfg.adapter:
@@ -164,8 +173,9 @@ def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = Fals
     accumulation = cfg.step.gradient_accumulation_steps
     if cfg.mode == "episode":
         generation_batch_size = episode_batch(cfg)
-        # one generation batch of whole weeks per optimizer step: on-policy, and no week is split
-        accumulation = max(1, generation_batch_size // (cfg.per_device_train_batch_size * world_size()))
+        # one generation batch of whole weeks per optimizer step: on-policy, and no week is split; TRL deals each
+        # process a consecutive share of it, whole people (validate), so no group is split across processes
+        accumulation = generation_batch_size // (cfg.per_device_train_batch_size * world_size())
     kwargs: dict[str, Any] = {}
     if cfg.mode == "step" and cfg.step.use_vllm:
         kwargs.update(use_vllm=True, vllm_mode=cfg.step.vllm_mode, vllm_gpu_memory_utilization=cfg.step.vllm_gpu_memory_utilization)
@@ -222,8 +232,7 @@ def check_adapter_base(cfg: GRPORunConfig, say: Callable[[str], None]) -> None:
     own_here = bool(own) and Path(own).expanduser().exists()
     # runs/sft-tiny reads as a Hub id: a name under a folder here, or under runs/ (where rhythm's configs write), is
     # taken as a path; another Hub-shaped name (the Hub copy of a base the adapter saw locally) is only said below
-    local = looks_local(cfg.model_name_or_path) or Path(cfg.model_name_or_path.split("/")[0]).expanduser().is_dir() \
-        or cfg.model_name_or_path.startswith("runs/")
+    local = means_local(cfg.model_name_or_path)
     if not given.exists() and local and (own_here or looks_local(cfg.model_name_or_path)):
         raise RhythmError(f"model_name_or_path {cfg.model_name_or_path} not found (the base the adapter {cfg.adapter} "
                           f"would load onto); {use_own}")
