@@ -122,6 +122,16 @@ def dumps(record: dict[str, Any] | EpisodeRecord) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` only once all of it is written beside it: a run killed while writing, or a
+    reader at the same moment, sees the old file whole or the new one, never part of one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    partial.replace(target)
+
+
 def write_episodes(path: str | Path, records: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> int:
     """Write ``records`` as a whole JSONL file, replacing ``path`` only once every line is written (an earlier
     file survives a failed run), or to stdout for ``-``; returns how many were written."""
@@ -130,11 +140,7 @@ def write_episodes(path: str | Path, records: Iterator[dict[str, Any]] | list[di
         sys.stdout.buffer.write(b"".join(lines))
         sys.stdout.buffer.flush()
         return len(lines)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_bytes(b"".join(lines))
-    partial.replace(target)
+    write_atomic(path, b"".join(lines))
     return len(lines)
 
 

@@ -7,7 +7,6 @@ for identical results); keys this model does not name are kept as they are, so a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rhythm.env.constants import CONDITIONS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name
+from rhythm.records import write_atomic
 
 
 def episodes_path(output: str | Path) -> Path:
@@ -123,9 +123,6 @@ class EvalResults(BaseModel):
 
     def save(self, path: str | Path) -> Path:
         """Write the results JSON (sorted keys, indented): byte-identical for identical results."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")  # a run killed while writing leaves the last results whole
-        tmp.write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-        os.replace(tmp, path)
+        path = Path(path)  # a run killed while writing leaves the last results whole
+        write_atomic(path, orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
         return path

@@ -178,6 +178,7 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
     """The lines ``rhythm analyze teacher-forced`` prints, one probe at a time: the student of ``model_dir``
     on the weeks of ``episodes`` (of ``condition`` only, if given); the filter's, the actions' and the
     meters' probes on request."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     found = [(where, r) for where, r in read_episodes(episodes) if condition in (None, r["condition"])]
@@ -191,7 +192,7 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    except (OSError, ValueError) as err:  # ValueError: a folder that holds no model or tokenizer
+    except (OSError, ValueError, SafetensorError) as err:  # ValueError: a folder with no model; SafetensorError: cut short
         raise RhythmError(f"cannot load the model in {model_dir} ({str(err).splitlines()[0]})") from None
 
     prior = np.mean([prior_mae(r["condition"], true_belief(r["condition"], r["split"], [r["seed"]])[0]) for r in records])

@@ -135,11 +135,10 @@ def looks_local(path: str) -> bool:
 
 
 def means_local(path: str) -> bool:
-    """A name meant as a folder here, though it may read as a Hub id: a path (:func:`looks_local`), one under
-    ``runs/`` (where rhythm's configs write) or one whose first part is a folder here (``out/sft``). A missing one
-    is a typo to report at once: asked of the Hub, offline, it fails only after a minute of retries."""
-    first = path.split("/")[0]
-    return looks_local(path) or path.startswith("runs/") or ("/" in path and Path(first).expanduser().is_dir())
+    """A name meant as a folder here, though it may read as a Hub id: a path (:func:`looks_local`) or one under
+    ``runs/``, where rhythm's configs write. A missing one is a typo to report at once: asked of the Hub, offline, it
+    fails only after a minute of retries."""
+    return looks_local(path) or path.startswith("runs/")
 
 
 def check_model_exists(path: str, what: str = "model path") -> None:
@@ -219,6 +218,7 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
         if not named:
             raise RhythmError(f"{path}: adapter names no base model; pass --set model.base_model=NAME")
         base = resolve(named)
+        check_model_exists(base, f"base model of the adapter {path}")
     elif options.base_model:
         raise RhythmError(f"{path} is not a LoRA adapter (no {ADAPTER_CONFIG}), so model.base_model does not apply")
     tok_source = resolved if adapter is not None and _has_tokenizer(resolved) else base

@@ -239,7 +239,7 @@ def tiny_cache_path(spec: TinySpec, corpus: list[str]) -> Path:
 
     payload = {"spec": asdict(spec), "corpus": digest(corpus), "tokens": digest(protocol_tokens()), "template": digest([CHAT_TEMPLATE]),
                "env": ENV_VERSION, "protocol": PROTOCOL_VERSION, "code": package_version(), "build": build_code_digest(),
-               "libraries": {k: v for k, v in versions(BUILT_WITH).items() if k in BUILT_WITH}, "v": 3}
+               "libraries": {k: v.split("+")[0] for k, v in versions(BUILT_WITH).items() if k in BUILT_WITH}, "v": 3}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
     return cache_dir() / f"{TINY_NAME}-{key}"
 
@@ -282,7 +282,9 @@ MARK = "rhythm_tiny.json"
 """Written last into a built student: its spec, versions and the size of every file beside it."""
 
 BUILT_WITH = ("tokenizers", "torch", "transformers")
-"""The libraries whose versions decide the built student (its tokenizer's merges, its initial weights)."""
+"""The libraries whose versions decide the built student (its tokenizer's merges, its initial weights); their public
+versions (``2.13.0``, not ``2.13.0+cpu``): a CPU and a CUDA build of one torch draw the same weights on the CPU, where
+the student is built, and an adapter trained on one machine finds its base on the other."""
 
 
 def is_whole(folder: Path) -> bool:
@@ -297,11 +299,22 @@ def is_whole(folder: Path) -> bool:
 def readable(folder: Path) -> None:
     """Give a build the permissions the user's umask gives new files (``mkdtemp`` makes its folder private): a
     cache shared by several users, or read in a container under another uid, must be readable by them."""
-    mask = os.umask(0)
-    os.umask(mask)
+    mask = current_umask()
     folder.chmod(0o777 & ~mask)
     for entry in folder.iterdir():
         entry.chmod((0o777 if entry.is_dir() else 0o666) & ~mask)
+
+
+def current_umask() -> int:
+    """The process's umask, read (Linux) rather than set and restored: another thread's file created meanwhile would
+    get the wrong permissions."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 TINY_MODELS = {TINY_NAME: TinySpec(), f"{TINY_NAME}-4l": TinySpec(num_hidden_layers=4)}

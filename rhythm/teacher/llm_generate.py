@@ -32,7 +32,6 @@ summary); with a cap set the run stops there, since the spend could no longer be
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import threading
 import time
@@ -61,7 +60,7 @@ from rhythm.model.llm_client import (
 )
 from rhythm.protocol import conversation
 from rhythm.provenance import now_iso
-from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl
+from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl, write_atomic
 from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
 
 
@@ -253,9 +252,7 @@ def prune_errors(path: Path, done: set[tuple[str, str, int]]) -> None:
     if not latest:
         path.unlink()
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(dumps(entry) for entry in latest.values()))
-    os.replace(tmp, path)
+    write_atomic(path, b"".join(dumps(entry) for entry in latest.values()))
 
 
 def written_config(cfg: GenerateConfig) -> GenerateConfig:

@@ -322,13 +322,13 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
     ns = parser.parse_args(argv)
     try:
         cfg = load_config(cls, ns.config, ns.overrides)
+        if cfg.jobs.flavor:
+            cfg = replace(cfg, jobs=replace(cfg.jobs, flavor=None))  # already where it should run
         validate(cfg)
     except RhythmError as err:  # the same in every process of a launch: said once
         if is_main_process():
             print(f"rhythm {stage}: error: {err}", file=sys.stderr)
         return 2
-    if cfg.jobs.flavor:
-        cfg = replace(cfg, jobs=replace(cfg.jobs, flavor=None))  # already where it should run
     try:  # a run's error may be one process's own (its device, its share of the data): each says its own
         # one run per output folder, as rhythm STAGE: the launch's first process holds the lock for all of them
         with output_lock(cfg.output_dir if is_main_process() else None):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -43,7 +44,7 @@ import rhythm
 from rhythm.agents.tiny import TINY_MODELS
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
-from rhythm.model.load import looks_local
+from rhythm.model.load import means_local
 from rhythm.train.hub import check_repo_id, hub_error_line, hub_errors, require_token, upload
 
 JOB_DIR = "rhythm_job"
@@ -330,12 +331,19 @@ def timeout_seconds(timeout: str | int | float) -> int:
     return seconds
 
 
+def flavor_processes(flavor: str) -> int:
+    """The processes a job of ``flavor`` launches: one per GPU, which the Jobs flavor names end with (``a10g-largex2``,
+    ``h100x8``); one for any other flavor."""
+    found = re.search(r"x(\d+)$", flavor)
+    return int(found.group(1)) if found else 1
+
+
 def check_runs_elsewhere(cfg: Any) -> None:
     """Refuse what only this machine has: a job runs on another one, where a local base model does not exist
     (it would fail there, on paid hardware) and a ``--resume`` has no checkpoints to resume from (it would be
     dropped in silence). A GRPO adapter here is refused by that stage's own ``validate``."""
     model = getattr(cfg, "model_name_or_path", None)
-    if model and model not in TINY_MODELS and (looks_local(model) or Path(model).expanduser().exists()):
+    if model and model not in TINY_MODELS and (means_local(model) or Path(model).expanduser().exists()):
         raise RhythmError(f"a job cannot read the local model {model}; push it to the Hub (rhythm upload --files {model} "
                           "--repo me/base --repo-type model) and pass --model me/base")
     if resumes(cfg):

@@ -30,7 +30,7 @@ import orjson
 from rhythm.agents.tiny import resolve_model
 from rhythm.config import Positive, Share, Unit
 from rhythm.errors import RhythmError
-from rhythm.model.load import HUB_HINT, check_model_exists, looks_local
+from rhythm.model.load import HUB_HINT, check_model_exists, means_local
 from rhythm.train.common import (
     LearningRate,
     TrainRunConfig,
@@ -177,28 +177,54 @@ def weighted_sft_trainer(tokenizer, **kwargs):
             replies = inputs.pop("reply_mask", None)
             outputs = model(**inputs, use_cache=False, fused_lm_head=True)  # per-token log-probs, zero where unlabelled
             tokens = outputs.label_mask.sum() if num_items_in_batch is None else num_items_in_batch
-            loss = -(outputs.log_probs * weights.to(outputs.log_probs)).sum() / torch.as_tensor(tokens).clamp(min=1)
+            nll = -(outputs.log_probs * weights.to(outputs.log_probs)).sum(dim=-1)  # per week
+            loss = nll.sum() / torch.as_tensor(tokens).clamp(min=1)
             if self.args.average_tokens_across_devices and num_items_in_batch is not None:
                 loss = loss * self.accelerator.num_processes  # as SFTTrainer: DDP averages the gradients
-            self.log_token_metrics(outputs, inputs, None if replies is None else replies[:, 1:])
+            self.log_token_metrics(outputs, inputs, None if replies is None else replies[:, 1:], nll)
             return (loss, outputs) if return_outputs else loss
 
-        def log_token_metrics(self, outputs, inputs, replies) -> None:
+        def log_token_metrics(self, outputs, inputs, replies, nll) -> None:
             """The metrics ``SFTTrainer.compute_loss`` logs (entropy, token accuracy, tokens seen), and the replies'
-            own loss and accuracy."""
-            mode, gather = "train" if self.model.training else "eval", self.accelerator.gather_for_metrics
-            valid = gather(outputs.label_mask.sum()).sum().clamp(min=1)
-            self._metrics[mode]["entropy"].append((gather(outputs.entropy.detach().sum()).sum() / valid).item())
-            self._metrics[mode]["mean_token_accuracy"].append((gather(outputs.is_top1.sum()).sum() / valid).item())
+            own loss and accuracy. On validation each is the ratio of sums over every batch so far: a mean of the
+            batches' means (transformers' and TRL's) would move with ``per_device_eval_batch_size``."""
+            gather = self.accelerator.gather_for_metrics
+
+            def total(per_token):  # gathered week by week: the last batch's padding weeks are dropped, as transformers does
+                return gather(per_token.detach().flatten(1).sum(dim=1)).sum().item()
+
+            sums = {"tokens": total(outputs.label_mask), "nll": total(nll[:, None]), "entropy": total(outputs.entropy),
+                    "top1": total(outputs.is_top1)}
             if replies is not None:
                 replies = replies.to(outputs.log_probs.device)
-                n = gather(replies.sum()).sum().clamp(min=1)
-                nll = gather(-(outputs.log_probs.detach() * replies).sum()).sum()
-                self._metrics[mode]["reply_loss"].append((nll / n).item())
-                self._metrics[mode]["reply_token_accuracy"].append((gather((outputs.is_top1 & replies).sum()).sum() / n).item())
+                sums.update(replies=total(replies), reply_nll=total(-outputs.log_probs * replies),
+                            reply_top1=total(outputs.is_top1 & replies))
+            mode = "train" if self.model.training else "eval"
+            if mode == "eval":
+                store = self.__dict__.setdefault("eval_sums", {})  # emptied as each validation starts
+                for key, value in sums.items():
+                    store[key] = store.get(key, 0.0) + value
+                sums = store
+            ratios = {"entropy": ("entropy", "tokens"), "mean_token_accuracy": ("top1", "tokens"),
+                      "reply_loss": ("reply_nll", "replies"), "reply_token_accuracy": ("reply_top1", "replies")}
+            for name, (num, den) in ratios.items():
+                if den in sums:
+                    value = sums[num] / max(sums[den], 1)
+                    if mode == "eval":
+                        self._metrics[mode][name] = [value]  # the running ratio: TRL logs the mean of this list
+                    else:
+                        self._metrics[mode][name].append(value)
             if mode == "train":
-                self._total_train_tokens += gather(inputs["attention_mask"].sum()).sum().item()
+                self._total_train_tokens += total(inputs["attention_mask"])
             self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+
+        def evaluation_loop(self, *args, **kwargs):
+            """Validation loss over every weighted token of the split (transformers averages the batches' means)."""
+            self.eval_sums: dict[str, float] = {}
+            output = super().evaluation_loop(*args, **kwargs)
+            if self.eval_sums.get("tokens"):
+                output.metrics[f"{kwargs.get('metric_key_prefix', 'eval')}_loss"] = self.eval_sums["nll"] / self.eval_sums["tokens"]
+            return output
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return WeightedSFTTrainer(processing_class=tokenizer, data_collator=WeightsCollator(pad_token_id=pad), **kwargs)
@@ -235,7 +261,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError) as err:  # ValueError: a folder that holds no model or tokenizer
-        hint = "" if looks_local(model_path) else f"; {HUB_HINT}"
+        hint = "" if means_local(model_path) else f"; {HUB_HINT}"
         raise RhythmError(f"cannot load the tokenizer of {model_path!r} ({str(err).splitlines()[0]}{hint})") from None
     tokenized = tokenize(rows, tokenizer, cfg.max_length, report, observation_loss=cfg.observation_loss,
                          echo_loss=cfg.echo_loss)

@@ -366,12 +366,14 @@ def test_bad_model_input_is_one_line(run_cli, tiny_student: Path, tmp_path: Path
         pick_dtype("float8", "cpu")
 
 
-@pytest.mark.parametrize("name, local", [("runs/typo", True), ("out/sft", True), ("./x", True), ("a/b/c", True),
-                                         ("Qwen/Qwen2.5-3B-Instruct", False), ("gpt2", False), ("me/rhythm-sft", False)])
+@pytest.mark.parametrize("name, local", [("runs/typo", True), ("./x", True), ("a/b/c", True), ("~/m", True),
+                                         ("Qwen/Qwen2.5-3B-Instruct", False), ("gpt2", False), ("me/rhythm-sft", False),
+                                         ("out/sft", False)])
 def test_a_name_meant_as_a_folder_here_is_not_asked_of_the_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               name: str, local: bool) -> None:
     """``runs/typo`` reads as a Hub id (owner runs): asked of the Hub offline, it failed after a minute of retries. A
-    name under runs/ or under a folder here is a path: missing, it is one line at once."""
+    name under runs/ is a path: missing, it is one line at once. A Hub id whose owner is also a folder here
+    (``Qwen/`` made by ``hf download --local-dir``) is still a Hub id."""
     from rhythm.model.load import check_model_exists, means_local
 
     monkeypatch.chdir(tmp_path)

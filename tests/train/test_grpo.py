@@ -365,6 +365,35 @@ def test_episode_mode_under_a_launcher_needs_whole_people_per_process(monkeypatc
         validate(load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml",
                              [f"data={teacher}", "adapter=null", "episode.episodes_per_step=2", "per_device_train_batch_size=8"]))
     validate(load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml", [f"data={teacher}", "adapter=null", "episode.episodes_per_step=2"]))
+    monkeypatch.delenv("WORLD_SIZE")  # a job on a flavor of 4 GPUs launches 4 processes there: refused before it is sent
+    job = ["data=teacher.jsonl", "adapter=me/rhythm-sft", "hub_model_id=me/x", "jobs.data_repo=me/d", "jobs.flavor=l4x4",
+           "episode.episodes_per_step=2"]
+    with pytest.raises(RhythmError, match=r"episode mode under a job on l4x4 of 4 processes: .* \(2\) must be a multiple of 4"):
+        validate(load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml", job))
+    validate(load_config(GRPORunConfig, "configs/grpo-tiny-episode.yaml", [*job[:-1], "jobs.flavor=a10g-large"]))
+
+
+@pytest.mark.parametrize("flavor, processes", [("cpu-basic", 1), ("a10g-large", 1), ("a10g-largex2", 2), ("l4x4", 4),
+                                               ("h100x8", 8), ("l40sx1", 1)])
+def test_a_jobs_processes_are_its_flavors_gpus(flavor, processes):
+    from rhythm.train.jobs import flavor_processes
+
+    assert flavor_processes(flavor) == processes
+
+
+def test_the_reward_log_numbers_groups_across_a_launchs_processes(tmp_path, monkeypatch):
+    """Each process scores a consecutive share of the batch; a group may span two shares (4 replies a prompt, 2 a
+    process): the group of a line is its place in the whole batch over num_generations."""
+    import rhythm.train.grpo.rewards as rewards
+
+    monkeypatch.setattr(rewards, "is_main_process", lambda: True)  # each process's lines, as if it wrote them itself
+    groups = {}
+    for rank in ("0", "1", "2", "3"):
+        monkeypatch.setenv("RANK", rank)
+        log = rewards.RewardLog(tmp_path / f"r{rank}.jsonl", ["format"], None, num_generations=4)
+        log.wrapped()[0](["p", "p"], ["BELIEF: S=0.50 M=0.50 W=0.50\nACTION: REST"] * 2)
+        groups[rank] = [orjson.loads(x)["group"] for x in (tmp_path / f"r{rank}.jsonl").read_bytes().splitlines()]
+    assert groups == {"0": [0, 0], "1": [0, 0], "2": [1, 1], "3": [1, 1]}
 
 
 def _groups(lines: list[dict]) -> dict:

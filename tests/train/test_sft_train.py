@@ -359,6 +359,24 @@ def test_the_trainers_loss_is_cross_entropy_weighted_by_observation_and_echo_los
     assert metrics["reply_token_accuracy"][-1] == pytest.approx(top1.sum().item() / reply.sum().item(), abs=1e-6)
 
 
+def test_validation_figures_do_not_depend_on_the_eval_batch_size(tmp_path, tiny_student):
+    """transformers averages the batches' mean losses, TRL the batches' mean accuracies: with another
+    ``per_device_eval_batch_size`` the same model on the same weeks read otherwise. Each is now a ratio of sums over
+    every token of the split: one week a batch gives what all weeks in one batch give (each exact by construction)."""
+    data = tmp_path / "teacher.jsonl"
+    write_episodes(data, range(8))
+    found = []
+    for batch in (1, 3, 8):
+        cfg = SFTRunConfig(**{**TINY, "val_fraction": 0.5, "observation_loss": 0.1, "per_device_eval_batch_size": batch},
+                           data=str(data), output_dir=str(tmp_path / f"b{batch}"))
+        trainer = build_trainer(cfg, quiet=True).trainer
+        assert len(trainer.eval_dataset) == 4
+        found.append(trainer.evaluate())
+    for key in ("eval_loss", "eval_reply_loss", "eval_reply_token_accuracy", "eval_mean_token_accuracy", "eval_entropy"):
+        assert [m[key] for m in found] == pytest.approx([found[-1][key]] * 3, abs=1e-5), key
+    assert found[0]["eval_loss"] != pytest.approx(found[0]["eval_reply_loss"], abs=1e-3)  # the weighted loss, not the replies'
+
+
 def test_observation_loss_refuses_settings_that_would_train_unlearned_replies(tmp_path):
     from rhythm.train.sft import validate
 

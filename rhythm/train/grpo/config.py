@@ -16,7 +16,7 @@ from rhythm.model.load import means_local
 from rhythm.seeds import parse_seeds
 from rhythm.train.common import LearningRate, TrainRunConfig, check_shared
 from rhythm.train.grpo.rewards import REWARD_FUNCS
-from rhythm.train.jobs import JobsConfig
+from rhythm.train.jobs import JobsConfig, flavor_processes
 from rhythm.train.processes import world_size
 from rhythm.train.run_folder import data_paths
 
@@ -182,8 +182,8 @@ class GRPORunConfig(TrainRunConfig):
 
 def _adapter_looks_local(path: str) -> bool:
     """An adapter name that means a folder here: :func:`rhythm.model.load.means_local`, a name without an owner,
-    or something that exists."""
-    return means_local(path) or "/" not in path or Path(path).expanduser().exists()
+    something that exists, or a name whose first part is a folder here."""
+    return means_local(path) or "/" not in path or Path(path).expanduser().exists() or Path(path.split("/")[0]).is_dir()
 
 
 def validate(cfg: GRPORunConfig) -> None:
@@ -234,15 +234,16 @@ def validate(cfg: GRPORunConfig) -> None:
         if step.generation_batch_size is not None and step.generation_batch_size % cfg.per_device_train_batch_size:
             raise RhythmError(f"step.generation_batch_size ({step.generation_batch_size}) must be divisible by "
                               f"per_device_train_batch_size ({cfg.per_device_train_batch_size})")
-    elif cfg.episode.episodes_per_step % world_size():
-        raise RhythmError(f"episode mode under a launcher of {world_size()} processes: each process plays whole people, "
+    elif cfg.episode.episodes_per_step % (processes := run_processes(cfg)):
+        where = f"a job on {cfg.jobs.flavor}" if cfg.jobs.flavor else "a launcher"
+        raise RhythmError(f"episode mode under {where} of {processes} processes: each process plays whole people, "
                           f"so episode.episodes_per_step ({cfg.episode.episodes_per_step}) must be a multiple of "
-                          f"{world_size()}")
-    elif (episode_batch(cfg) // world_size()) % cfg.per_device_train_batch_size:
+                          f"{processes}")
+    elif (episode_batch(cfg) // processes) % cfg.per_device_train_batch_size:
         raise RhythmError(
-            f"episode mode generates {episode_batch(cfg) // world_size()} completions per step and process "
+            f"episode mode generates {episode_batch(cfg) // processes} completions per step and process "
             f"({turns_per_week(cfg)} turns x {cfg.num_generations} weeks x {cfg.episode.episodes_per_step} people"
-            f"{f' / {world_size()} processes' if world_size() > 1 else ''}); per_device_train_batch_size "
+            f"{f' / {processes} processes' if processes > 1 else ''}); per_device_train_batch_size "
             f"({cfg.per_device_train_batch_size}) must divide it"
         )
     if cfg.anchor_weight > 0 and cfg.mode == "episode":
@@ -282,6 +283,11 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
     if branch.agree_z > 0 and (branch.group != "pair" or branch.futures < 2):
         raise RhythmError("branch.agree_z compares a pair's replies future by future: it needs branch.group=pair "
                           "and branch.futures >= 2")
+
+
+def run_processes(cfg: GRPORunConfig) -> int:
+    """The processes the run will have: a job's (one per GPU of its flavor), or this launch's."""
+    return flavor_processes(cfg.jobs.flavor) if cfg.jobs.flavor else world_size()
 
 
 def step_generation_batch(cfg: GRPORunConfig) -> int:

@@ -171,7 +171,7 @@ class RewardLog:
     on the same batch; when the last one has run, one line per reply is written: the optimizer step
     it trains (1-based, as in ``training_log.jsonl``), its group, the state, the parsed action and
     belief, each reward and the weighted total. With several processes each scores its own share of
-    the batch, and rank 0 logs its share.
+    the batch, and rank 0 writes every process's lines.
     """
 
     def __init__(self, path: Path | None, names: Sequence[str], weights: Sequence[float] | None,
@@ -226,11 +226,11 @@ class RewardLog:
         if self.path is None:
             return
         lines = []
-        first_group = rank() * len(groups)  # a launch's processes score their own shares: groups numbered across them
+        first = rank() * len(completions)  # a launch's processes score consecutive shares: groups numbered across them
         for i, c in enumerate(completions):
             text = completion_text(c)
             parsed = parse_reply(text)
-            line: dict[str, Any] = {"step": step, "batch": self.batches, "group": first_group + i // self.num_generations}
+            line: dict[str, Any] = {"step": step, "batch": self.batches, "group": (first + i) // self.num_generations}
             for key in ("condition", "split", "seed", "t", "prefix", "week", "final_score", "final_score_v2", "branch_score"):
                 if key in kwargs:
                     line[key] = kwargs[key][i]

@@ -65,7 +65,7 @@ from rhythm.model.load import (
     looks_local,
     means_local,
 )
-from rhythm.records import write_episodes
+from rhythm.records import write_atomic, write_episodes
 from rhythm.train.common import (
     batch_sizes,
     make_log_callback,
@@ -232,7 +232,7 @@ def check_adapter_base(cfg: GRPORunConfig, say: Callable[[str], None]) -> None:
     own_here = bool(own) and Path(own).expanduser().exists()
     # runs/sft-tiny reads as a Hub id: a name under a folder here, or under runs/ (where rhythm's configs write), is
     # taken as a path; another Hub-shaped name (the Hub copy of a base the adapter saw locally) is only said below
-    local = means_local(cfg.model_name_or_path)
+    local = means_local(cfg.model_name_or_path) or Path(cfg.model_name_or_path.split("/")[0]).expanduser().is_dir()
     if not given.exists() and local and (own_here or looks_local(cfg.model_name_or_path)):
         raise RhythmError(f"model_name_or_path {cfg.model_name_or_path} not found (the base the adapter {cfg.adapter} "
                           f"would load onto); {use_own}")
@@ -347,17 +347,21 @@ def _stop_ids(tokenizer: Any) -> list[int]:
 
 
 def _trim_logs(out: Path, resume: str | None) -> int:
-    """A fresh run starts the reward and rollout logs afresh; a resumed one keeps what the checkpoint covers.
-    Returns the reward batches kept (the last kept line's ``batch``)."""
+    """A fresh run starts the reward and rollout logs afresh; a resumed one keeps what the checkpoint covers (the
+    launch's first process rewrites them, the others only count). Returns the reward batches kept (the last kept
+    line's ``batch``)."""
     keep_until = 0 if resume is None else checkpoint_step(resume)
     batches = 0
     for name, key in ((REWARD_LOG_NAME, "step"), (ROLLOUTS_NAME, "grpo_step")):
         path = out / name
-        if not path.exists():
+        try:
+            lines = path.read_bytes().splitlines(keepends=True)
+        except FileNotFoundError:  # none yet, or emptied by overwrite_output_dir
             continue
-        kept = [line for line in path.read_bytes().splitlines(keepends=True)
+        kept = [line for line in lines
                 if line.strip() and line.endswith(b"\n") and int(orjson.loads(line).get(key) or 0) <= keep_until]
-        path.write_bytes(b"".join(kept))
+        if is_main_process():
+            write_atomic(path, b"".join(kept))
         if name == REWARD_LOG_NAME and kept:
             batches = int(orjson.loads(kept[-1]).get("batch") or 0)
     return batches
