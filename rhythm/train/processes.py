@@ -24,6 +24,22 @@ def is_main_process() -> bool:
     return rank() == 0
 
 
+def process_seed(seed: int) -> int:
+    """``seed`` made this process's own (itself without a launcher): processes sampling replies with one seed would
+    draw alike for copies of one prompt."""
+    return seed + 7_919 * rank()
+
+
+def gathered(items: list) -> list:
+    """Every process's ``items``, in rank order (``items`` alone without a launcher); every process calls it, as
+    often as the others, so that the first can write what all of them made."""
+    if world_size() == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
 def end_distributed() -> None:
     """Under a distributed launcher, wait for every rank, then close the process group. A process that
     exits with gloo's group still open can abort in its C++ teardown ("terminate called without an

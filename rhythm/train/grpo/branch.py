@@ -45,6 +45,7 @@ from rhythm.protocol import action_line_start, parse_reply
 from rhythm.train.grpo.config import BranchMode
 from rhythm.train.grpo.pairs import agreed_rewards, pair_replies
 from rhythm.train.grpo.probe import cut_at_stop, encode_prompts, left_pad
+from rhythm.train.processes import process_seed
 
 
 def prompt_key(prompt: Sequence[dict[str, Any]]) -> bytes:
@@ -198,8 +199,7 @@ def make_branch_rollout(rows: Sequence[dict[str, Any]], name: str, settings: Bra
                                               [restore.get(prompt_key(p)) for p in prompts[::2]])
             else:
                 ids, mask = left_pad(prompt_ids, pad_id)
-                # each process its own draws: copies of one prompt on two processes would sample alike
-                torch.manual_seed(trainer.args.seed * 100_003 + trainer.state.global_step + 1 + 7_919 * trainer.accelerator.process_index)
+                torch.manual_seed(process_seed(trainer.args.seed * 100_003 + trainer.state.global_step + 1))
                 out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
                                      temperature=float(g.temperature or 1.0), top_p=float(g.top_p or 1.0),
                                      max_new_tokens=int(g.max_new_tokens), eos_token_id=stop_ids, pad_token_id=pad_id)

@@ -45,7 +45,7 @@ from rhythm.env.randomness import splitmix64_np
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, belief_score, true_belief
 from rhythm.protocol import parse_reply
-from rhythm.train.processes import is_main_process, rank, world_size
+from rhythm.train.processes import gathered, is_main_process, rank
 
 ROLLOUT_SAMPLES = 16
 ROLLOUT_HORIZON = 8
@@ -240,10 +240,7 @@ class RewardLog:
             if self.log_replies:
                 line["reply"] = text
             lines.append(orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-        if world_size() > 1:  # every process scores each batch: all take part, the first writes them all
-            from accelerate.utils import gather_object
-
-            lines = gather_object(lines)
+        lines = gathered(lines)  # every process scores each batch: the first writes them all
         if not is_main_process():
             return
         with self.path.open("ab") as fh:

@@ -13,7 +13,7 @@ from rhythm.agents.model import decision_of
 from rhythm.model.lockstep import LockstepChat
 from rhythm.records import JsonlWriter
 from rhythm.train.grpo.data import parse_placeholder
-from rhythm.train.processes import is_main_process
+from rhythm.train.processes import gathered, is_main_process, process_seed
 
 
 class PolicyAgent:
@@ -63,7 +63,6 @@ def make_week_rollout(name: str, records_path: Path | None) -> Callable[[list[An
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch
-        from accelerate.utils import gather_object
         from trl.models import unwrap_model_for_generation
 
         keys = [parse_placeholder(p) for p in prompts]
@@ -81,17 +80,15 @@ def make_week_rollout(name: str, records_path: Path | None) -> Callable[[list[An
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             generation_kwargs=trainer.generation_kwargs,
         ) as model, torch.no_grad():
-            rank = trainer.accelerator.process_index  # each process plays its own people (validate): its own draws too
             agent = PolicyAgent(model, trainer.processing_class, trainer.generation_config, trainer.eos_token_ids, name,
-                                seed=trainer.args.seed * 100_003 + step + 7_919 * rank)
+                                seed=process_seed(trainer.args.seed * 100_003 + step))  # its own people (validate)
             for (c, s), weeks_here in by_split.items():
                 records = play_batch(agent, c, s, [seed for seed, _ in weeks_here], model=name)
                 for (seed, k), record, turns in zip(weeks_here, records, agent.turns, strict=True):
                     record.extra = {"grpo_step": step, "week": k}
                     played[(c, s, seed, k)] = (record, turns)
         if records_path is not None:
-            mine = [record for record, _ in played.values()]
-            everyone = gather_object(mine) if trainer.accelerator.num_processes > 1 else mine  # every process's weeks
+            everyone = gathered([record for record, _ in played.values()])
             if is_main_process():
                 with JsonlWriter(records_path, resume=True) as w:
                     for record in everyone:
