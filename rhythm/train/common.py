@@ -198,6 +198,9 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
         disable_tqdm=quiet,
         dataloader_pin_memory=resolved["device"] == "cuda",
         use_cpu=resolved["device"] == "cpu",  # also what makes torchrun/accelerate on CPU run DDP over gloo
+        # a text student uses every trainable parameter in each forward pass (LoRA or full): DDP need not walk the
+        # graph for unused ones every step, which transformers' default (True without checkpointing) does, and warns
+        ddp_find_unused_parameters=False,
         push_to_hub=False,  # pushed once at the end by rhythm.train.hub, never from inside the loop
     )
 

@@ -185,7 +185,7 @@ def test_step_mode_run_scores_each_group_in_one_state(run_cli, tmp_path, teacher
         "--max-steps", "3", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
         "--set", "max_completion_length=24", "--set", "logging_steps=1", "--set", "step.every_k_steps=2",
         "--set", "rollout_seeds=0", "--set", "rollout_conditions=[discrete]", "--set", "beta=0.04",
-        "--set", "step.strip_reasoning=true", "-q")
+        "--set", "step.strip_reasoning=true", "--set", "probe_states=4", "-q")
     assert code == 0, err
     summary = orjson.loads(stdout)
     assert summary["global_step"] == 3 and summary["mode"] == "step" and summary["reward_batches"] == 3
@@ -415,7 +415,7 @@ def test_resume_continues_the_logs_from_the_checkpoint(tmp_path, teacher, sft_ad
     cfg = load_config(GRPORunConfig, TINY_CONFIG, {
         "adapter": str(sft_adapter), "model_name_or_path": NULL, "data": str(teacher), "output_dir": str(tmp_path / "run"), "max_steps": 2,
         "save_steps": 1, "save_total_limit": 5, "logging_steps": 1, "num_generations": 2,
-        "per_device_train_batch_size": 4, "max_completion_length": 12, "step.strip_reasoning": True})
+        "per_device_train_batch_size": 4, "max_completion_length": 12, "step.strip_reasoning": True, "probe_states": 0})
     run_grpo(cfg, quiet=True, log=lambda m: None)
     with pytest.raises(RhythmError, match="already holds a run"):
         run_grpo(dataclasses.replace(cfg, max_steps=3), quiet=True, log=lambda m: None)
@@ -515,3 +515,36 @@ def test_a_hub_id_beside_an_adapter_trained_on_a_local_copy_is_said_not_refused(
     said: list[str] = []
     check_adapter_base(GRPORunConfig(adapter=str(adapter), model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct"), said.append)
     assert len(said) == 1 and "loads onto model_name_or_path Qwen/Qwen2.5-0.5B-Instruct instead" in said[0]
+
+
+SPREAD_SCRIPT = """
+import sys
+from accelerate import PartialState
+from rhythm.train.grpo.rewards import RewardLog
+from rhythm.train.processes import end_distributed
+
+state = PartialState(cpu=True)  # gloo, from torchrun's environment, as a trainer with use_cpu sets it up
+good = "BELIEF: S=0.50 M=0.50 W=0.50\\nACTION: DEEP_WORK"
+replies = [good, good] if state.process_index == 0 else [good, "no action here"]
+log = RewardLog(None, ["format"], None, num_generations=4)
+log.wrapped()[0](["p", "p"], replies)
+print(state.process_index, log.pop_metrics()["groups_without_spread"], flush=True)
+end_distributed()
+"""
+
+
+@pytest.mark.slow
+def test_groups_without_spread_counts_a_group_split_over_processes_whole(tmp_path):
+    """One group of 4 replies, 2 on each of two processes: the first's two score alike, the second's differ. The
+    group has spread, in every process's figure (the first alone would call it a group without spread)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "--no-python", sys.executable, "-c", SPREAD_SCRIPT],
+                          env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert dict(line.split() for line in proc.stdout.splitlines()) == {"0": "0.0", "1": "0.0"}  # process: share

@@ -25,7 +25,7 @@ def test_job_script_runs_grpo_from_a_hub_adapter_and_pushes(hub, tmp_path, teach
         "--flavor", "cpu-basic", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "jobs.data_repo=tester/rhythm-teacher",
         "--set", "hub_private=false", "--max-steps", "2", "--set", "num_generations=4",
         "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=16", "--set", "logging_steps=1",
-        "--set", "step.strip_reasoning=true")
+        "--set", "step.strip_reasoning=true", "--set", "probe_states=0")
     assert code == 0, err
     (job_id, spec), = [(k, v["spec"]) for k, v in hub.jobs.items()]
     assert out.strip().startswith(job_id) and spec["flavor"] == "cpu-basic"

@@ -215,11 +215,11 @@ def test_pairs_run_compares_the_greedy_action_with_the_runner_up(run_cli, tmp_pa
     code, stdout, err = run_cli(
         "grpo", "--config", PAIRS_CONFIG, "--model", str(sft_model), "-o", str(out), "--max-steps", "2",
         "--set", "rollout_seeds=3", "--set", "branch.futures=3", "--set", "logging_steps=1", "--set", "probe_states=4",
-        "--set", "anchor_states=4", "-q")
+        "--set", "anchor_states=4", "--set", "per_device_train_batch_size=8", "-q")  # 4 pairs a step
     assert code == 0, err
     assert orjson.loads(stdout)["global_step"] == 2
     lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
-    assert len(lines) == 2 * 16
+    assert len(lines) == 2 * 8
     groups = defaultdict(list)
     for ln in lines:
         groups[(ln["batch"], ln["group"])].append(ln)
@@ -270,7 +270,7 @@ def test_a_resumed_anchored_run_ends_as_an_uninterrupted_one(run_cli, tmp_path, 
     whole = tmp_path / "whole"
     args = ["grpo", "--config", PAIRS_CONFIG, "--model", str(sft_model), "--max-steps", "4", "--set", "rollout_seeds=3",
             "--set", "branch.futures=2", "--set", "logging_steps=1", "--set", "probe_states=4", "--set", "anchor_states=4",
-            "--set", "save_steps=2", "--set", "save_total_limit=5", "-q"]
+            "--set", "save_steps=2", "--set", "save_total_limit=5", "--set", "per_device_train_batch_size=4", "-q"]  # 2 states a step
     code, _, err = run_cli(*args, "-o", str(whole))
     assert code == 0, err
     resumed = tmp_path / "resumed"

@@ -188,7 +188,7 @@ class RewardLog:
 
     def pop_metrics(self) -> dict[str, float]:
         """``groups_without_spread``: the share of groups (one prompt's replies) whose weighted rewards are all
-        equal, so they carry no gradient, over the batches scored since the last call. TRL's own
+        equal, so they carry no gradient, over the batches scored since the last call (every process's replies). TRL's own
         ``frac_reward_zero_std`` measures the same with ``scale_rewards: group`` but the whole batch with
         ``batch``; this one is per group either way."""
         if not self._no_spread:
@@ -221,7 +221,8 @@ class RewardLog:
         totals = [sum(w * rewards[n][i] for n, w in zip(self.names, self.weights, strict=True)) for i in range(len(completions))]
         self.batches += 1
         g = self.num_generations
-        groups = [totals[i:i + g] for i in range(0, len(totals), g)]
+        everyone = gathered(totals)  # the whole batch: a group may span processes, and each holds a share of them
+        groups = [everyone[i:i + g] for i in range(0, len(everyone), g)]
         self._no_spread.append(float(np.mean([max(x) - min(x) <= 1e-12 for x in groups])))
         if self.path is None:
             return
