@@ -91,8 +91,7 @@ def finish_episode(
 ) -> EpisodeRecord:
     """Grade a played week and make its record: the one place this happens. ``belief`` is the one the
     agent stated at its last step, graded as the record keeps it (:func:`stored_belief`)."""
-    score = score_episode(float(episode_return), int(crashes), stored_belief(belief), truth, condition).to_dict()
-    score["parse_failures"] = sum(not s.parse_ok for s in steps)
+    score = week_score(episode_return, crashes, stored_belief(belief), truth, condition, [s.parse_ok for s in steps])
     return EpisodeRecord(
         env_version=ENV_VERSION,
         condition=condition,
@@ -106,6 +105,15 @@ def finish_episode(
         score=score,
         usage=usage,
     )
+
+
+def week_score(episode_return: float, crashes: int, belief: Sequence[float] | None, truth: np.ndarray, condition: str,
+               parse_ok: Sequence[bool]) -> dict[str, Any]:
+    """A week's ``score`` as its record holds it: the grader's figures (:func:`rhythm.grader.score_episode`) and
+    ``parse_failures``, the replies that named no valid action. Reeval recomputes a stored week's with it."""
+    score = score_episode(float(episode_return), int(crashes), belief, truth, condition).to_dict()
+    score["parse_failures"] = sum(not ok for ok in parse_ok)
+    return score
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import ProgressFn, play
+from rhythm.agents.episodes import ProgressFn, play, week_score
 from rhythm.agents.episodes import replay as replay_actions
 from rhythm.agents.registry import make_agent
 from rhythm.config import NonNegative
@@ -26,7 +26,7 @@ from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
 from rhythm.eval.stats import mean_ci
-from rhythm.grader import prior_mae_beside, score_episode
+from rhythm.grader import prior_mae_beside
 from rhythm.protocol import FALLBACK_ACTION, PROTOCOL_VERSION, parse_reply
 from rhythm.provenance import versions
 from rhythm.records import graded_belief, read_episodes, record_protocol
@@ -108,9 +108,8 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6,
             texts = played.observations[i] if record_protocol(rec) == PROTOCOL_VERSION else None  # v1 rendered others
             for t, step in enumerate(rec["steps"]):
                 rec["_flags"].extend(step_flags(step, t, played, i, tolerance, texts))
-            score = score_episode(float(played.returns[i]), int(played.crashes[i]), graded_belief(rec),
-                                  played.belief_targets[i], condition).to_dict()
-            score["parse_failures"] = sum(not s.get("parse_ok", True) for s in rec["steps"])
+            score = week_score(float(played.returns[i]), int(played.crashes[i]), graded_belief(rec),
+                               played.belief_targets[i], condition, [s.get("parse_ok", True) for s in rec["steps"]])
             stored = rec.get("score") or {}
             for key, value in score.items():
                 if key in stored and _differs(stored[key], value, tolerance):
