@@ -10,7 +10,9 @@ from ``--model`` for ``--steps`` steps into a temporary folder, and times, outsi
   the trainer, the probe's start);
 - per step, ``rollout_s``: TRL's ``rollout_func`` (sampling the replies and playing each branch's week to its
   end, :mod:`rhythm.train.grpo.branch`), and ``train_s``: the rest of the step (rewards, the loss's forward and
-  backward passes, the optimizer, the probe at a logging step).
+  backward passes, the optimizer, the probe at a logging step); beside them the tokens the loss reads a step and
+  the share of the padded batch that is padding (states of one batch sit at different steps of the week, so their
+  conversations differ in length).
 
 The quickstart gives its refine stage 3 minutes of a 15-minute run on 2 cores; at 40 steps that is
 ``startup_s + 40 x step_s <= 180``, and ``projected_stage_s`` prints that sum (target: <= 180). ``--check``
@@ -58,6 +60,7 @@ def _run(args: argparse.Namespace) -> None:
 
     steps: list[dict[str, float]] = []
     rollouts: list[float] = []
+    tokens: dict[str, list[tuple[int, int]]] = {"prompt_mask": [], "completion_mask": []}
 
     class StepTimer(TrainerCallback):
         started = 0.0
@@ -87,6 +90,14 @@ def _run(args: argparse.Namespace) -> None:
                 rollouts[-1] += time.perf_counter() - at
 
         trainer.rollout_func = timed
+        loss = trainer.compute_loss
+
+        def counted(model, inputs, *rest, **kw):  # what the loss's passes read: real tokens and the batch's padding
+            for name in ("prompt_mask", "completion_mask"):
+                tokens[name].append((int(inputs[name].sum()), inputs[name].numel()))
+            return loss(model, inputs, *rest, **kw)
+
+        trainer.compute_loss = counted
         startup = time.perf_counter() - begun
         trainer.train()
     later = steps[1:]
@@ -97,6 +108,10 @@ def _run(args: argparse.Namespace) -> None:
         "batch": trainer.args.per_device_train_batch_size, "num_generations": trainer.args.num_generations,
         "startup_s": round(startup, 1), **median, "first_step_s": round(steps[0]["step_s"], 2),
         "projected_stage_s": projected,
+        # the loss's tokens (prompt + reply, summed over the steps) and the share of them that is the batch's padding
+        "loss_tokens_per_step": round(sum(real for rows in tokens.values() for real, _ in rows) / len(steps)),
+        "padding_share": round(1 - sum(real for rows in tokens.values() for real, _ in rows)
+                               / max(1, sum(n for rows in tokens.values() for _, n in rows)), 3),
     }, targets=None, check=False)
     if args.check and projected > STAGE_BUDGET_S:
         print(f"bench_grpo: the projected stage takes {projected} s, over {STAGE_BUDGET_S:.0f} s", file=sys.stderr)

@@ -26,6 +26,7 @@ def test_the_benchmark_times_each_step_and_its_rollout(sft_model, rhythm_cache, 
     assert out["steps"] == 3 and out["batch"] == 8 and out["startup_s"] > 0
     assert 0 < out["rollout_s"] < out["step_s"] and out["train_s"] > 0
     assert out["projected_stage_s"] == pytest.approx(out["startup_s"] + 40 * out["step_s"], abs=0.1)
+    assert out["loss_tokens_per_step"] > 8 * 16 and 0 <= out["padding_share"] < 1  # 8 prompts and their replies
     assert list(tmp_path.glob("bench_grpo_*")) == []  # its run folder is removed
 
 
