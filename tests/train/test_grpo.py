@@ -519,6 +519,7 @@ def test_a_hub_id_beside_an_adapter_trained_on_a_local_copy_is_said_not_refused(
 
 SPREAD_SCRIPT = """
 import sys
+from pathlib import Path
 from accelerate import PartialState
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.processes import end_distributed
@@ -528,7 +529,8 @@ good = "BELIEF: S=0.50 M=0.50 W=0.50\\nACTION: DEEP_WORK"
 replies = [good, good] if state.process_index == 0 else [good, "no action here"]
 log = RewardLog(None, ["format"], None, num_generations=4)
 log.wrapped()[0](["p", "p"], replies)
-print(state.process_index, log.pop_metrics()["groups_without_spread"], flush=True)
+share = log.pop_metrics()["groups_without_spread"]
+(Path(sys.argv[1]) / f"{state.process_index}.txt").write_text(str(share))  # a file each: printed lines can interleave
 end_distributed()
 """
 
@@ -544,7 +546,7 @@ def test_groups_without_spread_counts_a_group_split_over_processes_whole(tmp_pat
 
     env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "--no-python", sys.executable, "-c", SPREAD_SCRIPT],
+                           "--no-python", sys.executable, "-c", SPREAD_SCRIPT, str(tmp_path)],
                           env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert dict(line.split() for line in proc.stdout.splitlines()) == {"0": "0.0", "1": "0.0"}  # process: share
+    assert {p.name: p.read_text() for p in tmp_path.glob("?.txt")} == {"0.txt": "0.0", "1.txt": "0.0"}  # each process's
