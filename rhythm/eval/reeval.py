@@ -108,7 +108,7 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6,
             texts = played.observations[i] if record_protocol(rec) == PROTOCOL_VERSION else None  # v1 rendered others
             for t, step in enumerate(rec["steps"]):
                 rec["_flags"].extend(step_flags(step, t, played, i, tolerance, texts))
-            score = week_score(float(played.returns[i]), int(played.crashes[i]), graded_belief(rec),
+            score = week_score(played.returns[i], played.crashes[i], graded_belief(rec),
                                played.belief_targets[i], condition, [s.get("parse_ok", True) for s in rec["steps"]])
             stored = rec.get("score") or {}
             for key, value in score.items():

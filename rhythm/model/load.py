@@ -141,6 +141,13 @@ def means_local(path: str) -> bool:
     return looks_local(path) or path.startswith("runs/")
 
 
+def under_local_folder(path: str) -> bool:
+    """A Hub-shaped name whose owner is a folder here (``out/sft`` beside ``./out/``): taken for a path where the
+    name may be either, never refused as a missing one (:func:`means_local`), since ``hf download --local-dir Qwen/...``
+    makes such folders too."""
+    return "/" in path and Path(path.split("/")[0]).expanduser().is_dir()
+
+
 def check_model_exists(path: str, what: str = "model path") -> None:
     """Refuse a missing folder :func:`means_local` (one line) before anything asks the Hub for it."""
     if means_local(path) and not Path(path).expanduser().exists():

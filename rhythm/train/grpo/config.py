@@ -12,7 +12,7 @@ from annotated_types import Ge, Gt, Interval
 from rhythm.config import NonNegative, Positive, check_bounds
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS
 from rhythm.errors import RhythmError
-from rhythm.model.load import means_local
+from rhythm.model.load import means_local, under_local_folder
 from rhythm.seeds import parse_seeds
 from rhythm.train.common import LearningRate, TrainRunConfig, check_shared
 from rhythm.train.grpo.rewards import REWARD_FUNCS
@@ -183,7 +183,7 @@ class GRPORunConfig(TrainRunConfig):
 def _adapter_looks_local(path: str) -> bool:
     """An adapter name that means a folder here: :func:`rhythm.model.load.means_local`, a name without an owner,
     something that exists, or a name whose first part is a folder here."""
-    return means_local(path) or "/" not in path or Path(path).expanduser().exists() or Path(path.split("/")[0]).is_dir()
+    return means_local(path) or "/" not in path or Path(path).expanduser().exists() or under_local_folder(path)
 
 
 def validate(cfg: GRPORunConfig) -> None:

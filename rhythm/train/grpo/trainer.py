@@ -64,6 +64,7 @@ from rhythm.model.load import (
     load_adapter,
     looks_local,
     means_local,
+    under_local_folder,
 )
 from rhythm.records import write_atomic, write_episodes
 from rhythm.train.common import (
@@ -232,7 +233,7 @@ def check_adapter_base(cfg: GRPORunConfig, say: Callable[[str], None]) -> None:
     own_here = bool(own) and Path(own).expanduser().exists()
     # runs/sft-tiny reads as a Hub id: a name under a folder here, or under runs/ (where rhythm's configs write), is
     # taken as a path; another Hub-shaped name (the Hub copy of a base the adapter saw locally) is only said below
-    local = means_local(cfg.model_name_or_path) or Path(cfg.model_name_or_path.split("/")[0]).expanduser().is_dir()
+    local = means_local(cfg.model_name_or_path) or under_local_folder(cfg.model_name_or_path)
     if not given.exists() and local and (own_here or looks_local(cfg.model_name_or_path)):
         raise RhythmError(f"model_name_or_path {cfg.model_name_or_path} not found (the base the adapter {cfg.adapter} "
                           f"would load onto); {use_own}")
