@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rhythm.agents.base import Decision
 from rhythm.agents.episodes import episode_usage
 
 
-def _steps(*usages: dict) -> list[Decision]:
-    return [Decision(0, None, "ACTION: DEEP_WORK", usage=u) for u in usages]
+def _steps(*usages: dict) -> list[dict]:
+    return list(usages)
 
 
 def test_an_agent_that_reads_no_tokens_spent_nothing() -> None:

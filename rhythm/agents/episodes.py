@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
@@ -182,18 +182,19 @@ def week_actions(record: dict[str, Any]) -> list[str]:
     return [s["action"] for s in record["steps"]]
 
 
-def episode_usage(decisions: Sequence[Decision]) -> dict[str, Any]:
-    """An episode's usage: its decisions' counts summed (whole numbers), with the tokens SPEC section 5 names always
-    there (0 for an agent that reads none) and ``cost_usd`` the sum where every step's cost is known, 0.0 for an agent
-    that spent nothing (no tokens), None where it is not known (a step without usage, or a model with no price)."""
+def episode_usage(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """An episode's usage from its steps' (a decision's ``usage``, or an API teacher step's): the counts summed (whole
+    numbers), with the tokens SPEC section 5 names always there (0 for an agent that reads none) and ``cost_usd`` the
+    sum where every step's cost is known, 0.0 for an agent that spent nothing (no tokens), None where it is not known
+    (a step without usage, or a model with no price)."""
     total: dict[str, Any] = defaultdict(int)
-    for d in decisions:
-        for k, v in d.usage.items():
+    for usage in steps:
+        for k, v in usage.items():
             if v is not None:  # a step's cost given as unknown: ``costs`` below says so
                 total[k] += v
-    costs = [d.usage.get("cost_usd") for d in decisions]
+    costs = [usage.get("cost_usd") for usage in steps]
     known = total.get("usage_missing", 0) == 0 and all(c is not None for c in costs)
-    spent_nothing = not any(d.usage for d in decisions)
+    spent_nothing = not any(steps)
     counts = {k: v if k == "seconds" else int(v) for k, v in total.items() if k != "cost_usd"}
     cost = round(float(total["cost_usd"]), 8) if known and costs else (0.0 if spent_nothing else None)
     return {"prompt_tokens": 0, "completion_tokens": 0, **counts, "cost_usd": cost}
@@ -250,7 +251,7 @@ def play_batch(
     records = []
     created = now_iso()
     for i, seed in enumerate(seeds):
-        usage = episode_usage(decisions_by_episode[i])
+        usage = episode_usage([d.usage for d in decisions_by_episode[i]])
         usage["seconds"] = round(seconds + usage.get("seconds", 0.0), 4)
         records.append(finish_episode(
             condition=condition, split=split, seed=seed, agent=agent.name, model=model, config_hash=config_hash,

@@ -11,8 +11,9 @@ plain call, from any thread). Each decision carries its usage; the batch runner 
 An evaluation must not score a silently shortened run, so a request that fails for good (a 200 that is
 not a chat completion included), or the budget ``llm.max_cost_usd`` being reached, stops the evaluation
 with one clear line; so does a reply without usage while that budget is set (the spend could no longer be
-held to it). A step whose cost is unknown (a priced model, a reply without usage) carries no ``cost_usd``
-but ``usage_missing``, the requests without usage, so an episode's summed cost is never silently short.
+held to it). A step whose cost is unknown (an unpriced model, a reply without usage) carries ``cost_usd``
+None and ``usage_missing``, the requests without usage, so an episode's summed cost is never silently short; the
+step's usage is the one an API teacher's week records (:meth:`rhythm.model.llm_client.StepReply.usage`).
 """
 
 from __future__ import annotations
@@ -60,22 +61,7 @@ class LLMAgent:
     def act(self, obs: BatchObservation) -> list[Decision]:
         k = self.options.history_turns
         replies = self._run(self._ask_all([obs.conversation(i, max_turns=k) for i in range(len(obs.prompts))]))
-        decisions = []
-        for r in replies:
-            usage: dict[str, float] = {
-                "prompt_tokens": r.prompt_tokens,
-                "cached_tokens": r.cached_tokens,
-                "completion_tokens": r.completion_tokens,
-                "requests": r.requests,
-                "reasks": int(r.reasked),
-                "retries": r.retries,
-            }
-            if r.cost_usd is not None:
-                usage["cost_usd"] = r.cost_usd
-            if r.usage_missing:
-                usage["usage_missing"] = r.usage_missing
-            decisions.append(Decision(r.parsed.action, r.parsed.belief, r.text, r.parsed.ok, usage))
-        return decisions
+        return [Decision(r.parsed.action, r.parsed.belief, r.text, r.parsed.ok, r.usage()) for r in replies]
 
     async def _ask_all(self, prompts: list[list[dict[str, str]]]) -> list[StepReply]:
         if self._client is None:  # built on the agent's own loop, which every later call uses too

@@ -691,13 +691,17 @@ class StepReply:
         return self.requests > 1
 
     def usage(self) -> dict[str, Any]:
+        """The step's ``usage`` as a record keeps it, whether an API teacher's week (``rhythm generate``) or an API
+        agent's decision (``rhythm eval``): the episode sums it with :func:`rhythm.agents.episodes.episode_usage`."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 8),
             "requests": self.requests,
+            "reasks": int(self.reasked),
             "retries": self.retries,
+            "usage_missing": self.usage_missing,
         }
 
 

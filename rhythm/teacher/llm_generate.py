@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from rhythm.agents.episodes import finish_episode, make_step
+from rhythm.agents.episodes import episode_usage, finish_episode, make_step
 from rhythm.env.constants import EPISODE_STEPS
 from rhythm.env.rhythm_env import RhythmEnv
 from rhythm.model.llm_client import (
@@ -91,13 +91,6 @@ def errors_path(output: str | Path) -> Path:
     return Path(str(output) + ".errors.jsonl")
 
 
-def _add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
-    for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "requests", "retries"):
-        total[key] += step[key]
-    if total["cost_usd"] is not None:
-        total["cost_usd"] = None if step["cost_usd"] is None else total["cost_usd"] + step["cost_usd"]
-
-
 async def play_episode(
     client: ChatClient,
     condition: str,
@@ -112,8 +105,6 @@ async def play_episode(
     env.reset(seed=seed)
     started = time.perf_counter()
     steps: list[StepRecord] = []
-    total: dict[str, Any] = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "requests": 0,
-                             "reasks": 0, "retries": 0}
     episode_return = 0.0
     crashes = 0
     belief = None
@@ -125,19 +116,14 @@ async def play_episode(
         try:
             reply = await ask(client, messages)
         except EpisodeAPIError as err:
-            raise EpisodeFailed(err, t, total) from None
+            raise EpisodeFailed(err, t, episode_usage([s.usage for s in steps])) from None
         _, reward, _, _, info = env.step(reply.parsed.action)
         episode_return += reward
         crashes += info["crashes"]
         belief = reply.parsed.belief
-        usage = reply.usage()
-        _add_usage(total, usage)
-        total["reasks"] += int(reply.reasked)
         steps.append(make_step(t, observation, reply.text, belief, reply.parsed.action_name, reply.parsed.ok, reward,
-                               info["meters"], cls=LLMStepRecord, usage=usage))
-    if total["cost_usd"] is not None:
-        total["cost_usd"] = round(total["cost_usd"], 8)
-    total["seconds"] = round(time.perf_counter() - started, 4)
+                               info["meters"], cls=LLMStepRecord, usage=reply.usage()))
+    total = {**episode_usage([s.usage for s in steps]), "seconds": round(time.perf_counter() - started, 4)}
     return finish_episode(
         condition=condition, split=split, seed=seed, agent=agent, model=client.target.name, config_hash=config_hash,
         created_at=now_iso(), steps=steps, episode_return=episode_return, crashes=crashes, belief=belief,

@@ -146,7 +146,7 @@ def test_openai_records_equal_the_batch_runner_and_count_tokens(tmp_path: Path, 
             assert set(step) == STEP_KEYS | {"usage"}
             assert {k: step[k] for k in STEP_KEYS} == ref_step
             assert step["usage"] == {"prompt_tokens": 120, "cached_tokens": 0, "completion_tokens": 30, "cost_usd": pytest.approx(step_cost),
-                                     "requests": 1, "retries": 0}
+                                     "requests": 1, "reasks": 0, "retries": 0, "usage_missing": 0}
         usage = rec["usage"]
         assert (usage["prompt_tokens"], usage["completion_tokens"], usage["requests"], usage["reasks"]) == (28 * 120, 28 * 30, 28, 0)
         assert usage["cost_usd"] == pytest.approx(28 * step_cost) and usage["seconds"] > 0
@@ -571,6 +571,7 @@ def test_a_reply_without_usage_has_an_unknown_cost(tmp_path: Path, openai_key: s
         summary = _run(_cfg(server, tmp_path, prices={"m": Price(input=2.0, output=10.0)}))
     (rec,) = _records(tmp_path / "t.jsonl")
     assert rec["steps"][0]["usage"]["cost_usd"] is None and rec["usage"]["cost_usd"] is None
+    assert rec["steps"][0]["usage"]["usage_missing"] == 1 and rec["usage"]["usage_missing"] == 1
     assert rec["steps"][1]["usage"]["cost_usd"] == pytest.approx((100 * 2.0 + 20 * 10.0) / 1e6)
     assert summary.extra["cost"] == "unknown: $0.0108 for the replies with usage, plus 1 without"
     assert summary.extra["replies without usage"] == 1
@@ -797,6 +798,27 @@ def test_generate_dispatches_api_teachers(tmp_path: Path, openai_key: str) -> No
 
 # ---------------------------------------------------------------------------------------------------
 # rhythm eval --agent openai:MODEL
+
+
+def test_an_api_agents_week_records_the_usage_an_api_teachers_week_does(tmp_path: Path, openai_key: str) -> None:
+    """One definition of a step's usage and a week's: the same model on the same person, played by ``rhythm generate``
+    and by ``rhythm eval``, records the same counts and cost (a reply without usage included), the time apart."""
+    from rhythm.eval.evaluate import EvalConfig, evaluate
+
+    def handler(seen):  # the second step's reply comes without usage: its week's cost is unknown
+        return Reply(protocol_reply(seen.observation), usage=None) if seen.n % 28 == 1 else None
+
+    prices = {"m": Price(input=2.0, output=10.0)}
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        _run(_cfg(server, tmp_path, prices=prices))
+        played: list = []
+        evaluate(EvalConfig(agent="openai:m", condition="in-dist", split="train", seeds="0", references=["random"],
+                            llm=LLMConfig(base_url=server.base_url, prices=prices)),
+                 on_records=lambda name, condition, records: played.extend(r.to_dict() for r in records if name == "openai:m"))
+    (taught,), (evaluated,) = _records(tmp_path / "t.jsonl"), played
+    assert [s["action"] for s in taught["steps"]] == [s["action"] for s in evaluated["steps"]]
+    assert {k: v for k, v in taught["usage"].items() if k != "seconds"} == {k: v for k, v in evaluated["usage"].items() if k != "seconds"}
+    assert taught["usage"]["cost_usd"] is None and taught["usage"]["usage_missing"] == 1 and taught["usage"]["requests"] == 28
 
 
 @pytest.mark.slow  # > 3 s on 2 cores
