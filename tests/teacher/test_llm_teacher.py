@@ -47,8 +47,9 @@ def openai_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _hold_until_in_flight(holder: list[FakeOpenAI], n: int, wait_s: float = 10.0):
-    """A handler that answers the first ``n`` requests only once ``n`` are in flight together, so a
-    concurrency of ``n`` shows as exactly ``n`` on any machine (the cap shows as never more)."""
+    """A handler that answers the first ``n`` requests only once ``n`` are in flight together (or after ``wait_s``),
+    so a concurrency of ``n`` shows as requests that overlap on any machine; the tests assert bounds (more than one in
+    flight, never more than the cap), not an exact count."""
 
     def handler(seen):
         if seen.n < n:
@@ -710,7 +711,7 @@ def test_server_sees_n_requests_in_flight_at_concurrency_n(tmp_path: Path, opena
     with FakeOpenAI(api_key=KEY, handler=_hold_until_in_flight(holder, 3)) as server:
         holder.append(server)
         summary = _run(dataclasses.replace(_cfg(server, tmp_path, seeds="0-3"), concurrency=3))
-    assert summary.episodes == 4 and server.max_in_flight == 3
+    assert summary.episodes == 4 and 1 < server.max_in_flight <= 3  # requests overlapped, never past the cap
 
 
 @pytest.mark.slow  # > 3 s on 2 cores
@@ -831,7 +832,7 @@ def test_eval_openai_agent_sends_each_steps_requests_concurrently(tmp_path: Path
             "eval", "--agent", "openai:m", "--condition", "discrete", "--episodes", "3", "--output", str(out), "--quiet",
             "--set", f"llm.base_url={server.base_url}", "--set", "llm.concurrency=2", "--set", "references=[random]")
     assert code == 0, err
-    assert len(server.seen) == 3 * 28 and server.max_in_flight == 2
+    assert len(server.seen) == 3 * 28 and 1 < server.max_in_flight <= 2  # overlapped, never past the cap
     results = orjson.loads(out.read_bytes())
     cond = results["conditions"]["discrete"]
     assert cond["episodes"] == 3 and cond["parse_failure_rate"] == 0.0
@@ -897,7 +898,7 @@ def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> N
                 play_batch(agent, "discrete", "eval", [0, 1])
         finally:
             agent.close()
-    assert server.max_in_flight == 2  # both episodes' first step, sent together
+    assert 1 < server.max_in_flight <= 2  # both episodes' first step, sent together
     assert len(server.seen) == 2  # and no retry (max_retries 0)
 
 
