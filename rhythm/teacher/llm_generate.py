@@ -10,7 +10,9 @@ if that fails too the fallback action is played and the step counts as a parse f
 
 Records have the bayes schema (:mod:`rhythm.records`), graded by :func:`rhythm.grader.score_episode`;
 each step also carries its ``usage`` and each episode its totals (tokens, ``cost_usd`` from
-``llm.prices``, requests, re-asks, retries, seconds). An episode is written as one whole, flushed line
+``llm.prices``, requests, re-asks, retries, replies without usage, seconds): the fields and sums an API agent's
+week in ``rhythm eval`` records (:meth:`rhythm.model.llm_client.StepReply.usage`,
+:func:`rhythm.agents.episodes.episode_usage`). An episode is written as one whole, flushed line
 when it finishes, so Ctrl-C or a crash never leaves half a record and ``--resume`` sends no request for
 an episode already in the file.
 
@@ -25,8 +27,8 @@ failing in a row stop it too (the endpoint looks down).
 Budget: with ``--max-cost-usd`` no request is sent once the spend has reached the cap. Episodes in
 flight at that moment are abandoned, not written (their tokens are counted in the summary; ``--resume``
 plays them again), so the spend can pass the cap by at most the requests already in flight. A reply
-without ``usage`` has an unknown cost (``cost_usd`` null in its step and episode, "unknown" in the
-summary); with a cap set the run stops there, since the spend could no longer be held to it.
+without ``usage`` has an unknown cost (``cost_usd`` null in its step and episode, counted in their
+``usage_missing``, "unknown" in the summary); with a cap set the run stops there, since the spend could no longer be held to it.
 """
 
 from __future__ import annotations
