@@ -19,6 +19,8 @@ from rhythm.errors import RhythmError
 from rhythm.eval.evaluate import EvalConfig, run_eval
 
 PLUGIN = '''
+import os
+
 from rhythm.agents.base import Decision
 from rhythm.env.constants import ACTIONS
 from rhythm.protocol import format_ending
@@ -36,7 +38,8 @@ class SteadyAgent:
 
     def act(self, obs):
         belief = (0.5, 0.5, 0.5)
-        return [Decision(self.action, belief, format_ending(belief, self.action)) for _ in obs.prompts]
+        said = f"Played in process {os.getpid()}.\\n" + format_ending(belief, self.action)  # which process played it
+        return [Decision(self.action, belief, said) for _ in obs.prompts]
 
 
 def make(argument, options):
@@ -91,9 +94,12 @@ def test_a_name_two_installed_packages_claim_is_refused_not_guessed(installed: P
 
 
 def rhythm_cli(args: list[str], plugin_path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """``rhythm ARGS`` with the plugin installed; the result's ``args`` end with the command's process id."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_path), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "rhythm.cli.main", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    with subprocess.Popen([sys.executable, "-m", "rhythm.cli.main", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess([*args, proc.pid], proc.returncode, out, err)
 
 
 def test_an_installed_agent_is_found_by_its_entry_point_and_gets_its_argument(installed: Path) -> None:
@@ -139,12 +145,15 @@ def test_the_command_line_plays_an_installed_agent_in_eval_and_in_generate_worke
     counts = results["conditions"]["in-dist"]["action_counts"]
     assert results["agent"] == "steady:NAP" and {a: n for a, n in counts.items() if n} == {"NAP": 4 * 28}
 
+    # three chunks of two weeks over two worker processes, each of which finds the agent by its entry point
     played = rhythm_cli(["generate", "--teacher", "steady:LEISURE", "--seeds", "0-5", "--concurrency", "2",
-                         "--output", "-"], plugin_path, tmp_path)
+                         "--set", "chunk=2", "--output", "-"], plugin_path, tmp_path)
     assert played.returncode == 0, played.stderr
     weeks = [orjson.loads(line) for line in played.stdout.splitlines()]
     assert sorted(w["seed"] for w in weeks) == list(range(6))
     assert {s["action"] for w in weeks for s in w["steps"]} == {"LEISURE"}
+    players = {s["response"].split("\n", 1)[0] for w in weeks for s in w["steps"]}
+    assert players and f"Played in process {played.args[-1]}." not in players  # not the command's own process
 
     broken = rhythm_cli(["eval", "--agent", "broken", "--episodes", "1"], plugin_path, tmp_path)
     assert broken.returncode == 2

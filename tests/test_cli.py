@@ -185,9 +185,15 @@ def test_a_full_disk_is_one_line_and_exit_2(tmp_path: Path, to: str) -> None:
 
 
 def test_help_does_not_import_torch() -> None:
-    code = "import sys, rhythm.cli.main as m; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    """``rhythm --help`` and every command's ``--help`` print without importing torch or transformers."""
+    helps = [[], *([c] for c in COMMANDS), ["analyze"], *(["analyze", c] for c in ANALYSES)]
+    code = ("import contextlib, io, sys, rhythm.cli.main as m\n"
+            f"for args in {helps!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "        m.main([*args, '--help'])\n"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.split() == ["False", "False"], out.stderr
 
 
 def test_every_command_has_help(run_cli) -> None:
@@ -200,6 +206,7 @@ def test_every_command_has_help(run_cli) -> None:
 
 
 COMMANDS = ("generate", "reeval", "upload", "sft", "grpo", "eval", "plot", "quickstart", "relabel")
+ANALYSES = ("paired", "behaviour", "belief-steps", "tables", "teacher-forced")
 
 
 def test_every_help_shows_an_example(run_cli) -> None:

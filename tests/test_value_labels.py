@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import play
+from rhythm.agents.episodes import play, replay
 from rhythm.agents.filtering import filtered_weeks
 from rhythm.agents.registry import make_agent
-from rhythm.agents.restore import restore_labels
-from rhythm.env.constants import EPISODE_STEPS
+from rhythm.agents.restore import restoring_action
 from rhythm.records import read_episodes, write_episodes
 from tests.train.helpers import load_benchmark
 
@@ -20,10 +21,16 @@ value_labels = load_benchmark("value_labels")
 def test_contested_states_are_the_rules_where_it_differs_from_the_played_action_and_relabelling_changes_only_the_won(tmp_path: Path) -> None:
     plays = [r.to_dict() for r in play(make_agent("random"), [EpisodeSpec("ood", "train", s) for s in range(4)])]
     states = value_labels.contested(plays, 0.25)
-    expected = sorted(((i, t, rule) for i, week in enumerate(restore_labels(plays, 0.25)) for t, rule in enumerate(week)
-                       if rule is not None and rule != plays[i]["steps"][t]["action"]), key=lambda s: s[1])
-    assert [(plays.index(r), t, a) for r, t, a in states] == expected and len(states) > 2
-    assert all(t < EPISODE_STEPS - 1 for _, t, _ in states)
+    expected = []  # the rule at the meters each step was chosen on (the week replayed), where it differs from the play
+    for i, week in enumerate(plays):
+        seen = replay(week["condition"], week["split"], [week["seed"]], np.zeros((1, 0), dtype=np.int64)).start_meters[0]
+        for t, step in enumerate(week["steps"][:-1]):  # the last step leads to no week to compare
+            rule = restoring_action(seen, t, 0.25)
+            if rule is not None and rule != step["action"]:
+                expected.append((i, t, rule))
+            seen = step["meters"]
+    assert sorted((plays.index(r), t, a) for r, t, a in states) == sorted(expected) and len(states) > 2
+    assert [t for _, t, _ in states] == sorted(t for _, t, _ in states)  # by step: one batch of futures starts together
 
     write_episodes(tmp_path / "own.jsonl", filtered_weeks(plays))
     own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]

@@ -8,6 +8,7 @@ import pytest
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
+from rhythm.env.constants import ACTIONS
 from rhythm.errors import RhythmError
 from rhythm.protocol import parse_reply
 from rhythm.records import JsonlWriter
@@ -38,25 +39,48 @@ class Recording:
         return self.inner.act(obs)
 
 
+class Said:
+    """An agent whose decisions, and the observations it decided on, are kept week by week (in the order the weeks
+    were dealt): what a wrapper around it was given to pass on."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name = inner, inner.name
+        self.weeks: list[list[tuple]] = []
+
+    def reset(self, episodes):
+        self.inner.reset(episodes)
+        self.batch = [[] for _ in episodes]
+        self.weeks.extend(self.batch)
+
+    def act(self, obs):
+        decisions = self.inner.act(obs)
+        for i, (week, d) in enumerate(zip(self.batch, decisions, strict=True)):
+            week.append((d, obs.meters[i].copy(), obs.slot, obs.t))
+        return decisions
+
+
 @pytest.mark.parametrize("actions", ["teacher", "student"])
 def test_student_acts_and_the_teacher_labels(actions):
     probe = _probe()
     specs = [EpisodeSpec("in-dist", "train", s) for s in SEEDS]
-    student = Recording()
-    labelled = play(probe.StudentActsTeacherLabels(student, make_agent("bayes"), actions), specs)
+    student, teacher = Recording(), Said(make_agent("bayes"))
+    labelled = play(probe.StudentActsTeacherLabels(student, teacher, actions), specs)
     alone = play(make_agent("heuristic"), specs)
     teacher_on_them = play(make_agent("bayes"), specs)
-    for week, own, teacher in zip(labelled, alone, teacher_on_them, strict=True):
+    relabelled = 0
+    for week, own, prior, labels in zip(labelled, alone, teacher_on_them, teacher.weeks, strict=True):
         # the week is the student's: its actions, hence its meters
         assert [s.action for s in week.steps] == [s.action for s in own.steps]
         assert [s.meters for s in week.steps] == [s.meters for s in own.steps]
         first = parse_reply(week.steps[0].response)
-        assert list(first.belief) == teacher.steps[0].belief  # before any action, the teacher's prior belief
-        for step in week.steps:
-            said = parse_reply(step.response)
+        assert list(first.belief) == prior.steps[0].belief  # before any action, the teacher's prior belief
+        for step, (label, *_) in zip(week.steps, labels, strict=True):
+            said, meant = parse_reply(step.response), parse_reply(label.text)
             assert said.ok and step.response.count("\n") == 1  # the protocol lines only
-            if actions == "student":
-                assert said.action_name == step.action
+            assert said.belief == meant.belief  # every step: the teacher's belief on the student's week
+            assert said.action_name == (meant.action_name if actions == "teacher" else step.action)
+            relabelled += said.action_name != step.action
+    assert (relabelled > 0) == (actions == "teacher")  # the teacher's label is not the action played everywhere
     if actions == "student":
         agreed = sum(not s.explored for w in labelled for s in w.steps)
         assert agreed == labelled_agreement(probe, specs)
@@ -137,14 +161,23 @@ def test_meditate_below_forces_meditate_only_where_serenity_is_low():
 
     room = load_benchmark("serenity_room")
     specs = [EpisodeSpec("ood", "train", s) for s in range(6)]
-    agent = room.RuledStudent(make_agent("bayes"), 0.3)
+    inner = Said(make_agent("bayes"))
+    agent = room.RuledStudent(inner, 0.3)
     forced = play(agent, specs)
     steps = [(w, t) for w in forced for t in range(len(w.steps))]
     # the meters an agent sees at step t are those after step t - 1
     low = [(w, t) for w, t in steps if t > 0 and t % 4 != NIGHT and w.steps[t - 1].meters[S] < 0.3]
     assert low, "some ood person's serenity falls below 0.3"
     assert all(w.steps[t].action == "MEDITATE" for w, t in low)
-    assert agent.forced > 0
+    changed = 0
+    for week, said in zip(forced, inner.weeks, strict=True):  # every step: the rule's action or the inner agent's
+        for t, (step, (d, meters, slot, _)) in enumerate(zip(week.steps, said, strict=True)):
+            rule = meters[S] < 0.3 and slot != NIGHT
+            if t:  # the meters it saw are the week's after the step before
+                assert rule == (week.steps[t - 1].meters[S] < 0.3 and t % 4 != NIGHT)
+            assert step.action == ("MEDITATE" if rule else ACTIONS[d.action]) and step.belief == list(d.belief)
+            changed += rule and ACTIONS[d.action] != "MEDITATE"
+    assert agent.forced == changed > 0
     first = play(make_agent("bayes"), specs)  # the same weeks up to the first forced step
     for week, own in zip(forced, first, strict=True):
         for step, mine in zip(week.steps, own.steps, strict=True):
@@ -161,15 +194,17 @@ def test_the_restore_rule_plays_the_restore_pairs_action_wherever_one_is_named()
 
     room = load_benchmark("serenity_room")
     specs = [EpisodeSpec("ood", "train", s) for s in range(6)]
-    agent = room.RuledStudent(make_agent("bayes"), 0.25, rule="restore")
+    inner = Said(make_agent("bayes"))
+    agent = room.RuledStudent(inner, 0.25, rule="restore")
     weeks = play(agent, specs)
-    named = 0
-    for week in weeks:
-        for t, step in enumerate(week.steps):
-            seen = week.steps[t - 1].meters if t else None
-            action = restoring_action(seen, t, 0.25) if seen is not None else None
-            if action is not None:
-                named += 1
-                assert step.action == action
+    named = changed = 0
+    for week, said in zip(weeks, inner.weeks, strict=True):
+        for t, (step, (d, meters, _, at)) in enumerate(zip(week.steps, said, strict=True)):
+            if t:  # the meters the agent saw are the week's after the step before
+                assert list(meters) == pytest.approx(week.steps[t - 1].meters, abs=1e-12)
+            action = restoring_action(meters, at, 0.25)
+            named += action is not None
+            changed += action is not None and action != ACTIONS[d.action]
+            assert step.action == (action or ACTIONS[d.action]) and step.belief == list(d.belief)
             assert parse_reply(step.response).action_name == step.action
-    assert named > 0 and agent.forced > 0
+    assert named > 0 and agent.forced == changed > 0

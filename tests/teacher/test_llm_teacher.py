@@ -217,6 +217,72 @@ def test_azure_entra_id_token_reaches_the_server(tmp_path: Path) -> None:
     _no_secret_anywhere(tmp_path, token)
 
 
+class ManagedIdentityEndpoint:
+    """App Service's managed-identity endpoint on 127.0.0.1 (what ``IDENTITY_ENDPOINT`` names there): a token for
+    the resource asked, to a caller that sends ``IDENTITY_HEADER``'s secret; every request is kept."""
+
+    def __init__(self, token: str, secret: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import parse_qs, urlsplit
+
+        self.requests: list[tuple[str, dict[str, list[str]], str | None]] = []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                query = parse_qs(url.query)
+                endpoint.requests.append((url.path, query, self.headers.get("X-IDENTITY-HEADER")))
+                ok = url.path == "/msi/token" and self.headers.get("X-IDENTITY-HEADER") == secret
+                body = orjson.dumps({"access_token": token, "expires_on": str(int(time.time()) + 3600),
+                                     "resource": query.get("resource", [""])[0], "token_type": "Bearer"} if ok else
+                                    {"error": "unauthorized"})
+                self.send_response(200 if ok else 401)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/msi/token"
+
+    def __enter__(self) -> ManagedIdentityEndpoint:
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_azure_entra_id_token_of_a_managed_identity_reaches_the_server(tmp_path, monkeypatch, run_cli,
+                                                                     azure_identity_logger) -> None:
+    """No key: azure-identity's own credential chain (limited to the managed identity, as on an Azure machine) asks
+    the machine's identity endpoint for a Cognitive Services token, and every request carries it as a bearer token;
+    the token is written nowhere."""
+    token, secret = "managed-identity-token-0123456789SECRET", "identity-header-secret"
+    for name in ("AZURE_OPENAI_API_KEY", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET", "MSI_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    with ManagedIdentityEndpoint(token, secret) as identity, \
+            FakeOpenAI(deployment="dep", api_version="2025-04-01-preview", tokens=(token,)) as server:
+        monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "ManagedIdentityCredential")
+        monkeypatch.setenv("IDENTITY_ENDPOINT", identity.url)
+        monkeypatch.setenv("IDENTITY_HEADER", secret)
+        code, _, err = run_cli("generate", "--teacher", "azure:dep", "--endpoint", server.endpoint, "--seeds", "0",
+                               "--output", str(tmp_path / "m.jsonl"), "--quiet")
+    assert code == 0, err
+    assert identity.requests and {(path, query["resource"][0], header) for path, query, header in identity.requests} == {
+        ("/msi/token", ENTRA_SCOPE.removesuffix("/.default"), secret)}
+    assert len(server.completed) == 28
+    assert all(s.headers["authorization"] == f"Bearer {token}" and "api-key" not in s.headers for s in server.seen)
+    _no_secret_anywhere(tmp_path, token, text=err)
+
+
 class BrokenCredential:
     def get_token(self, *scopes: str, **kwargs: object):
         from azure.identity import CredentialUnavailableError

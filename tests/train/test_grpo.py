@@ -82,9 +82,10 @@ def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, args, messa
     assert not (tmp_path / "out" / "training_log.jsonl").exists()
 
 
-def test_too_few_states_for_one_batch_are_refused_before_the_model_loads(run_cli, tmp_path, teacher, sft_model):
+def test_too_few_states_for_one_batch_are_refused_before_the_model_loads(run_cli, tmp_path, teacher, tiny_student, monkeypatch):
     """TRL would train 0 steps and the run would save the starting model as refined: one line, exit 2 instead."""
-    code, out, err = run_cli("grpo", "--config", TINY_CONFIG, "--model", str(sft_model), *FROM_MODEL, "--data", str(teacher),
+    monkeypatch.setattr("rhythm.train.grpo.trainer.load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    code, out, err = run_cli("grpo", "--config", TINY_CONFIG, "--model", str(tiny_student), *FROM_MODEL, "--data", str(teacher),
                              "-o", str(tmp_path / "out"), "--set", "step.max_prompts=1", "-q")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "1 training states, fewer than the 2 one generation batch needs (16 completions / num_generations 8)" in err

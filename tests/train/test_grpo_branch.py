@@ -91,6 +91,7 @@ def test_branch_mode_run_rewards_each_reply_with_its_weeks_score(run_cli, tmp_pa
     assert summary["mode"] == "branch" and summary["global_step"] == 2
     log = [orjson.loads(x) for x in (out / "training_log.jsonl").read_bytes().splitlines()]
     steps = [e for e in log if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2]  # every step logged (the checks below run on each)
     for e in steps:
         assert {"rewards/branch_score/mean", "groups_without_spread", "probe/kl", "probe/action_changed"} <= set(e)
     lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]

@@ -203,14 +203,17 @@ def test_job_script_trains_and_pushes_to_the_hub(hub, tmp_path, teacher, tiny_st
     (["sft", "--resume"], "--resume continues from the checkpoints of a local output_dir, which a job cannot read"),
     (["grpo", "--resume", "--set", "adapter=me/rhythm-sft"], "--resume continues from the checkpoints"),
 ], ids=["sft-local-model", "grpo-local-model", "sft-resume", "grpo-resume"])
-def test_a_job_refuses_what_only_this_machine_has(tmp_path, run_cli, args, needle):
+def test_a_job_refuses_what_only_this_machine_has(hub, tmp_path, run_cli, args, needle):
     """A local base model would fail on the paid machine, and --resume has no checkpoints there: both are
     refused at submission (dry run too), one line, exit 2, before any request."""
     data = tmp_path / "t.jsonl"
     data.write_text("{}\n")
-    code, out, err = run_cli(*args, "--flavor", "a10g-large", "--dry-run", "--data", str(data),
-                             "--hub-model-id", "org/student", "--data-repo", "org/data")
+    job = [*args, "--flavor", "a10g-large", "--data", str(data), "--hub-model-id", "org/student", "--data-repo", "org/data"]
+    code, out, err = run_cli(*job, "--dry-run")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+    code, out, err = rhythm(hub, tmp_path, *job)  # submitted for real: nothing uploaded, committed or launched
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert hub.requests == [] and not hub.jobs
 
 
 def test_a_grpo_run_whose_prompts_are_its_rollout_seeds_goes_to_jobs_without_data(hub, tmp_path):

@@ -93,6 +93,7 @@ def test_filter_drawn_steps_learn_the_filter_and_nothing_else(tmp_path, tiny_stu
     out = own_weeks.filter_weights(rows, tok, 1536, report)
     reference = tokenize_examples(plain, tok, 1536, report)
     posterior = filter_beliefs(records)
+    draws = np.random.default_rng(0)  # the seed's draws, own week by own week in the data's order
     for row, example, before in zip(rows["train"], out["train"], reference["train"], strict=True):
         assert "relabelled" not in example  # the marker does not reach the trainer's dataset
         if row["seed"] == 2:  # a teacher week: untouched
@@ -100,8 +101,8 @@ def test_filter_drawn_steps_learn_the_filter_and_nothing_else(tmp_path, tiny_stu
             continue
         record = next(r for r in records if r["seed"] == row["seed"])
         chosen = row["relabelled"]
-        if share == 1.0:
-            assert chosen == list(range(len(record["steps"])))
+        assert chosen == [k for k in range(len(record["steps"])) if draws.random() < share]
+        assert 0 < len(chosen) < len(record["steps"]) if share < 1 else len(chosen) == len(record["steps"])  # both kinds
         replies = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
         old = [m["content"] for m in before["messages"] if m["role"] == "assistant"]
         expected: list[str] = []
