@@ -2,7 +2,7 @@
 
 Two runs appending to one file (two terminals, a retried CI job) would each read what is there, play
 what is missing and append it: every missing episode twice. So every stage that writes or appends to
-an output (``rhythm generate``, ``rhythm eval``'s episodes, ``rhythm sft|grpo`` output folders) first
+an output (``rhythm generate``, ``rhythm relabel``, ``rhythm eval``'s episodes, ``rhythm sft|grpo`` output folders) first
 takes this lock; a second writer fails at once with one line naming the output, or waits for the first
 when asked (``--wait-lock``). The loser touches nothing.
 
@@ -21,8 +21,10 @@ from rhythm.errors import RhythmError
 
 
 def lock_path(output: str | Path) -> Path:
-    """The lock file of ``output``: ``DIR/.NAME.lock`` beside it (outside any output folder)."""
+    """The lock file of ``output``: ``DIR/.NAME.lock`` beside it (outside any output folder); beside the file a link
+    names, so a run on the link and a run on the file hold one lock (a linked folder on the way is one folder)."""
     out = Path(output)
+    out = out.resolve() if out.is_symlink() else out
     return out.parent / f".{out.name}.lock"
 
 

@@ -87,6 +87,32 @@ def test_two_generate_runs_on_one_file_write_every_seed_once(tmp_path: Path, wai
         ]
 
 
+def test_a_link_to_an_output_holds_the_outputs_own_lock(tmp_path: Path) -> None:
+    """A run on a link to the file another run writes would append every missing week a second time."""
+    out = tmp_path / "t.jsonl"
+    out.write_bytes(b"")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(out)
+    assert lock_path(link) == lock_path(out)
+    with output_lock(out), pytest.raises(OutputLocked, match="link.jsonl is being written by another rhythm run"):
+        with output_lock(link):
+            pass
+
+
+def test_relabel_holds_its_outputs_lock(run_cli, tmp_path: Path) -> None:
+    """Two ``rhythm relabel`` on one output wrote every week twice: a second stops at once, the output untouched."""
+    weeks = tmp_path / "w.jsonl"
+    code, _, err = run_cli("generate", "--seeds", "0-1", "--output", str(weeks), "--quiet")
+    assert code == 0, err
+    out = tmp_path / "own.jsonl"
+    with output_lock(out):
+        code, stdout, err = run_cli("relabel", str(weeks), "-o", str(out), "--quiet")
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1 and "own.jsonl is being written" in err
+    assert not out.exists()
+    code, _, err = run_cli("relabel", str(weeks), "-o", str(out), "--quiet")  # once it is free
+    assert code == 0 and len(out.read_bytes().splitlines()) == 2, err
+
+
 def test_eval_holds_its_episodes_lock(run_cli, tmp_path: Path) -> None:
     """A second eval on the same output stops before deleting the first one's episodes."""
     results = tmp_path / "r.json"

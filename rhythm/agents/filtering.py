@@ -18,6 +18,7 @@ from rhythm.agents.restore import restore_labels
 from rhythm.agents.teachers import spec_keys
 from rhythm.config import read_recorded, settings_change, write_config
 from rhythm.errors import RhythmError
+from rhythm.locking import output_lock
 from rhythm.protocol import format_ending
 from rhythm.provenance import made_by
 from rhythm.records import (
@@ -95,14 +96,22 @@ def filtered_weeks(records: list[dict[str, Any]], restore_below: float | None = 
 
 
 def relabel_file(episodes: str, output: str, restore_below: float | None = None, *, resume: bool = False,
-                 bars: Callable[[str, int], Callable[[int], None]] | None = None) -> tuple[int, int]:
+                 bars: Callable[[str, int], Callable[[int], None]] | None = None, wait_lock: bool = False,
+                 say: Callable[[str], None] | None = None) -> tuple[int, int]:
     """``rhythm relabel``: the weeks of ``episodes`` (a JSONL file or ``-``) as :func:`filtered_weeks` to ``output``
     (``-``: stdout), each batch written as it is labelled, and beside a file output its settings
     (``OUTPUT.config.yaml``). A week that SFT would refuse (an eval-split person) is refused before anything is
     written. ``resume`` skips the weeks already in ``output``, which must have been relabelled from the same
-    file with the same ``restore_below``. ``bars(label, total)`` gives the progress's ``advance(n)``. Returns
-    ``(weeks relabelled, weeks already there)``."""
+    file with the same ``restore_below``. The output's lock is held throughout (:mod:`rhythm.locking`: a second
+    run on it stops at once, or waits with ``wait_lock``). ``bars(label, total)`` gives the progress's
+    ``advance(n)``. Returns ``(weeks relabelled, weeks already there)``."""
     check_output(output, inputs=[episodes])
+    with output_lock(output, wait=wait_lock, say=say):
+        return _relabel(episodes, output, restore_below, resume, bars)
+
+
+def _relabel(episodes: str, output: str, restore_below: float | None, resume: bool,
+             bars: Callable[[str, int], Callable[[int], None]] | None) -> tuple[int, int]:
     records = []
     for where, record in read_episodes(episodes):
         check_trainable(record, where)  # what relabel writes is SFT data: refused here, not at the next stage

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rhythm.cli.options import QuietOpt, ResumeOpt
+from rhythm.cli.options import QuietOpt, ResumeOpt, WaitLockOpt
 
 
 def relabel_command(
@@ -17,6 +17,7 @@ def relabel_command(
         help="Where a meter (not progress) is below this and the restore rule names the action that keeps it off "
              "the crash line, label that action instead of the one played (the few-weeks quickstart: 0.25).")] = None,
     resume: ResumeOpt = False,
+    wait_lock: WaitLockOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Every reply of recorded weeks rewritten as the bayes filter's belief for that week's own actions and
@@ -34,7 +35,8 @@ def relabel_command(
     from rhythm.cli.ui import err_console, progress_bars
 
     with progress_bars(disable=quiet) as bars:  # ~30 ms a week: 4,096 weeks are two minutes
-        written, skipped = relabel_file(episodes, output, restore_below, resume=resume, bars=bars)
+        written, skipped = relabel_file(episodes, output, restore_below, resume=resume, bars=bars, wait_lock=wait_lock,
+                                        say=lambda msg: err_console.print(msg, markup=False, highlight=False))
     if output != "-":
         err_console.print(f"relabelled {written} weeks -> {output}" + (f" ({skipped} already there)" if skipped else ""),
                           markup=False, highlight=False)
