@@ -18,7 +18,16 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, EPISODE_STEPS, N_METERS, PROTOCOL_VERSION, SPLITS
+from rhythm.env.constants import (
+    ACTIONS,
+    BELIEF_DIMS,
+    CONDITIONS,
+    ENV_VERSION,
+    EPISODE_STEPS,
+    N_METERS,
+    PROTOCOL_VERSION,
+    SPLITS,
+)
 from rhythm.errors import RhythmError
 from rhythm.seeds import MAX_SEED
 
@@ -338,7 +347,7 @@ def _last_line_start(fh: BinaryIO, size: int, block: int = 65536) -> int:
 
 def done_keys(path: Path) -> dict[tuple[str, str, int], str | None]:
     """Episodes already complete in ``path`` (for ``--resume``), each with the ``config_hash`` it was made under;
-    tolerates a torn last line."""
+    tolerates a torn last line. A week of another env or text protocol is refused (:func:`check_resumable`)."""
     if not path.exists():
         return {}
     keys = {}
@@ -347,7 +356,16 @@ def done_keys(path: Path) -> dict[tuple[str, str, int], str | None]:
             keys[episode_key(obj)] = obj.get("config_hash")
         except (KeyError, TypeError, ValueError):
             raise RhythmError(f"{path}:{lineno}: cannot resume: record lacks condition/split/seed") from None
+        check_resumable(obj, f"{path}:{lineno}", "give another output")
     return keys
+
+
+def check_resumable(record: dict[str, Any], where: str, instead: str) -> None:
+    """Refuse to resume beside a week of another env version or text protocol (the config hash does not cover
+    them: an upgrade keeps the settings and changes the weeks); ``instead`` says what to do."""
+    if record.get("env_version") != ENV_VERSION or record_protocol(record) != PROTOCOL_VERSION:
+        raise RhythmError(f"{where}: a week of env {record.get('env_version')}, protocol v{record_protocol(record)} (this "
+                          f"rhythm: {ENV_VERSION}, v{PROTOCOL_VERSION}); --resume would mix them: {instead}")
 
 
 class JsonlWriter:

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rhythm.env.constants import ENV_VERSION
 from rhythm.teacher.generate import GenerateConfig, generate
 
 RHYTHM = [sys.executable, "-m", "rhythm.cli.main"]
@@ -92,6 +93,27 @@ def test_resume_refuses_a_file_made_with_other_settings(tmp_path: Path) -> None:
     assert out.read_bytes() == before
     generate(replace(cfg, seeds="0-1", condition="ood", resume=True))  # another condition, the same split: one file
     assert {(r["condition"], r["split"]) for r in _lines(out)} == {("in-dist", "train"), ("ood", "train")}
+
+
+@pytest.mark.parametrize("field, value, shown", [("env_version", "rhythm-v0", "env rhythm-v0, protocol v2"),
+                                                   ("protocol", 1, f"env {ENV_VERSION}, protocol v1")])
+def test_resume_refuses_a_file_of_another_env_or_protocol(tmp_path: Path, field: str, value, shown: str) -> None:
+    """The config hash covers the settings, not the env's or the protocol's version: an upgrade that keeps the settings
+    would append the new weeks beside the old ones (a file SFT then refuses whole)."""
+    from dataclasses import replace
+
+    from rhythm.errors import RhythmError
+
+    out = tmp_path / "t.jsonl"
+    cfg = GenerateConfig(teacher="heuristic", seeds="0-1", output=str(out))
+    generate(cfg)
+    lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    lines[1][field] = value
+    before = b"".join(orjson.dumps(r) + b"\n" for r in lines)
+    out.write_bytes(before)
+    with pytest.raises(RhythmError, match=rf"t\.jsonl:2: a week of {shown} .*--resume would mix them: give another output"):
+        generate(replace(cfg, seeds="0-3", resume=True))
+    assert out.read_bytes() == before
 
 
 @pytest.mark.slow  # > 3 s on 2 cores

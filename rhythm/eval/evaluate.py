@@ -42,9 +42,9 @@ from rhythm.records import (
     JsonlWriter,
     check_episode,
     check_output,
+    check_resumable,
     episode_key,
     iter_jsonl,
-    record_protocol,
     sidecar_path,
 )
 from rhythm.seeds import format_seeds, parse_seeds
@@ -422,9 +422,7 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]
     for lineno, obj in iter_jsonl(partial, skip_torn_last=True):
         where = f"{partial}:{lineno}"
         check_episode(obj, where)
-        if obj.get("env_version") != ENV_VERSION or record_protocol(obj) != PROTOCOL_VERSION:
-            raise RhythmError(f"{where}: a week of env {obj.get('env_version')}, protocol v{record_protocol(obj)} (this "
-                              f"rhythm: {ENV_VERSION}, v{PROTOCOL_VERSION}); --resume would mix them: {start_over}")
+        check_resumable(obj, where, start_over)
         if obj.get("config_hash") != chash:
             differs = change_since(sidecar_path(partial), [obj.get("config_hash")], {**config_dict(cfg), "weights": weights},
                                    HOW_NOT_WHAT, provenance_keys=("weights",))

@@ -55,12 +55,13 @@ from rhythm.model.llm_client import (
     EpisodeAPIError,
     RequestStats,
     SpendUnknown,
+    StepReply,
     Target,
     ask,
     redact_url,
     resolve_target,
 )
-from rhythm.protocol import conversation
+from rhythm.protocol import conversation, parse_reply
 from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl, write_atomic
 from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
@@ -71,6 +72,10 @@ class LLMStepRecord(StepRecord):
     """A step of an LLM teacher: the bayes step fields plus this step's ``usage``."""
 
     usage: dict[str, Any] = field(default_factory=dict)
+
+
+NO_STEP = StepReply("", parse_reply(""), 0, 0, 0.0, 0, 0)
+"""A step that spent nothing: its ``usage()`` names the keys a step's usage has."""
 
 
 class EpisodeFailed(Exception):
@@ -118,7 +123,8 @@ async def play_episode(
         try:
             reply = await ask(client, messages)
         except EpisodeAPIError as err:
-            raise EpisodeFailed(err, t, episode_usage([s.usage for s in steps])) from None
+            spent = episode_usage([s.usage for s in steps])  # the steps before it (at step 0: none, the keys as 0)
+            raise EpisodeFailed(err, t, {**dict.fromkeys(NO_STEP.usage(), 0), **spent}) from None
         _, reward, _, _, info = env.step(reply.parsed.action)
         episode_return += reward
         crashes += info["crashes"]
