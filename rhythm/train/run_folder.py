@@ -1,5 +1,5 @@
-"""A training run's output folder over its life: claimed for a new run (an earlier one resumed, or emptied with
-``overwrite_output_dir``), its checkpoints found and checked before a resume, a run stopped after its last
+"""A training run's output folder over its life: claimed for a new run (an earlier one resumed, or set aside with
+``overwrite_output_dir`` and deleted once the new run trains), its checkpoints found and checked before a resume, a run stopped after its last
 checkpoint finished, and the folders a failed start created removed. ``rhythm sft`` and ``rhythm grpo`` share it.
 """
 
@@ -29,16 +29,41 @@ def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
     run's). Returns ``(output_dir, resume)``."""
     resume = resume_path(cfg)
     out = Path(cfg.output_dir)
+    aside = overwritten_path(out)
+    if aside.exists() and is_main_process():  # the others may come after the first process set a run aside
+        raise RhythmError(f"a run that overwrote {out} stopped before it trained, and the run it replaced is in {aside}: "
+                          f"move that back into {out} (or delete it), then run again")
     if resume is not None:
         check_resume(cfg, stage, Path(resume))
     if resume is None and holds_run(out):
         if not cfg.overwrite_output_dir:
             raise RhythmError(f"{out} already holds a run; resume it (resume_from_checkpoint=latest), "
                               "pass overwrite_output_dir=true, or choose another output_dir")
-        if is_main_process():  # under a launcher one process empties it (all at once raced each other's deletes);
-            empty_folder(out)  # the others write nothing there before the first step, which waits for this one
+        if is_main_process():  # under a launcher one process moves it (all at once raced each other's moves);
+            aside.mkdir()  # the others write nothing there before the first step, which waits for this one
+            for entry in out.iterdir():
+                entry.rename(aside / entry.name)
     out.mkdir(parents=True, exist_ok=True)
     return out, resume
+
+
+def overwritten_path(output_dir: str | Path) -> Path:
+    """Where ``overwrite_output_dir`` keeps the run it replaces until the new one trains: ``.NAME.overwritten`` beside
+    the folder. A run refused or failed before its first step puts it back (:func:`cleaned_on_failure`); one that
+    begins training deletes it (:func:`train_or_finish`), so a refusal never loses the earlier run."""
+    out = Path(output_dir)
+    return out.parent / f".{out.name}.overwritten"
+
+
+def put_back_overwritten(output_dir: str | Path) -> None:
+    """The replaced run back in ``output_dir``, and what the refused run wrote there gone (first process only)."""
+    aside = overwritten_path(output_dir)
+    if aside.is_dir() and is_main_process():
+        out = Path(output_dir)
+        empty_folder(out)
+        for entry in aside.iterdir():
+            entry.rename(out / entry.name)
+        aside.rmdir()
 
 
 def empty_folder(folder: Path, keep: Collection[str] = ()) -> None:
@@ -138,6 +163,9 @@ def train_or_finish(trainer: Any, resume: str | None) -> Any:
     """``trainer.train()``, resumed from ``resume``; a checkpoint already at the run's last step (a run stopped after
     its last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
     what ``train()`` returns, or None when no step was trained."""
+    aside = overwritten_path(trainer.args.output_dir)
+    if aside.exists() and is_main_process():  # the new run trains: the one it overwrote goes
+        remove(aside)
     if resume is None or checkpoint_step(resume) < planned_steps(trainer):
         return trainer.train(resume_from_checkpoint=resume)
     from transformers import TrainerState
@@ -180,8 +208,9 @@ def checkpoint_step(checkpoint: str | Path) -> int:
 
 
 def check_inputs_outside(output_dir: str, inputs: list[str | None]) -> None:
-    """``overwrite_output_dir`` empties ``output_dir`` (:func:`holds_run`) before the run reads its model: an input
-    inside it (the model trained on in place, data kept beside the run) would be deleted first, so it is refused."""
+    """``overwrite_output_dir`` sets ``output_dir``'s run aside (:func:`holds_run`, :func:`overwritten_path`) before the
+    run reads its model: an input inside it (the model trained on in place, data kept beside the run) would be gone
+    when it is read, and deleted with it once the run trains, so it is refused."""
     if not holds_run(Path(output_dir)):
         return  # nothing is deleted
     out = Path(output_dir).expanduser().resolve()
@@ -195,12 +224,14 @@ def check_inputs_outside(output_dir: str, inputs: list[str | None]) -> None:
 @contextlib.contextmanager
 def cleaned_on_failure(output_dir: str | Path) -> Iterator[None]:
     """The folders a run creates for ``output_dir`` are removed again if it fails before writing into them (a bad
-    model path leaves no empty output folder behind); anything written stays."""
+    model path leaves no empty output folder behind); anything written stays. A run that overwrote an earlier one
+    and fails before it trains puts that run back (:func:`overwritten_path`)."""
     path = Path(output_dir).absolute()
     missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
     try:
         yield
     except BaseException:
+        put_back_overwritten(path)
         for folder in missing:
             try:
                 folder.rmdir()

@@ -14,7 +14,7 @@ from rhythm.config import write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import file_digest
 from rhythm.train.common import check_report_to, prepare_run
-from rhythm.train.run_folder import checkpoint_step, latest_checkpoint
+from rhythm.train.run_folder import checkpoint_step, latest_checkpoint, overwritten_path, put_back_overwritten
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,11 @@ def test_overwriting_a_run_leaves_nothing_of_it(tmp_path: Path) -> None:
         prepare_run(Run(str(run)), "sft", quiet=True)
     assert len(list(run.iterdir())) == 5
     prepare_run(Run(str(run), overwrite_output_dir=True), "sft", quiet=True)
-    assert list(run.iterdir()) == []
+    assert list(run.iterdir()) == []  # set aside until the new run trains (or put back if it is refused first)
+    assert len(list(overwritten_path(run).iterdir())) == 5
+    (run / "half.json").write_text("a refused run's file")
+    put_back_overwritten(run)
+    assert len(list(run.iterdir())) == 5 and not (run / "half.json").exists() and not overwritten_path(run).exists()
     (tmp_path / "mine").mkdir()  # a folder that holds no run keeps what it holds
     (tmp_path / "mine" / "notes.txt").write_text("x")
     prepare_run(Run(str(tmp_path / "mine"), overwrite_output_dir=True), "sft", quiet=True)
@@ -160,7 +164,40 @@ def test_under_a_launcher_the_first_process_alone_empties_an_overwritten_folder(
     assert (run / "checkpoint-2").is_dir()
     monkeypatch.setenv("RANK", "0")
     prepare_run(cfg, "sft", quiet=True)
-    assert list(run.iterdir()) == []
+    assert list(run.iterdir()) == [] and [p.name for p in overwritten_path(run).iterdir()] == ["checkpoint-2"]
+    monkeypatch.setenv("RANK", "1")  # a later process of the launch, after the first set the run aside
+    prepare_run(cfg, "sft", quiet=True)
+
+
+@pytest.mark.slow  # > 3 s on 2 cores: a refused run, then one that trains a step
+def test_a_refused_overwrite_puts_the_earlier_run_back(tmp_path: Path, run_cli, teacher) -> None:
+    """``overwrite_output_dir`` sets the earlier run aside; a run refused before it trains (here every week is longer
+    than max_length, found once the data is tokenized) puts it back whole, and says why in one line."""
+    run = tmp_path / "run"
+    _checkpoint(run, 2)
+    (run / "model.safetensors").write_bytes(b"the earlier run's weights")
+    (run / "training_log.jsonl").write_bytes(b'{"step": 2}\n')
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "--data", str(teacher), "-o", str(run),
+                             "--set", "overwrite_output_dir=true", "--set", "max_length=10", "-q")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "longer than max_length=10" in err, err
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert not overwritten_path(run).exists()
+    code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "--data", str(teacher), "-o", str(run),
+                             "--set", "overwrite_output_dir=true", "--max-steps", "1", "--set", "save_steps=1", "-q")
+    assert code == 0, err  # it trained: the earlier run is gone, aside and all
+    assert not (run / "checkpoint-2").exists() and (run / "checkpoint-1").is_dir() and not overwritten_path(run).exists()
+    assert (run / "model.safetensors").read_bytes() != before[Path("model.safetensors")]
+
+
+def test_a_run_set_aside_by_an_overwrite_that_was_killed_is_not_lost(tmp_path: Path) -> None:
+    """Killed between setting the earlier run aside and training: the next run on the folder says where it is."""
+    run = tmp_path / "run"
+    _checkpoint(run, 2)
+    prepare_run(Run(str(run), overwrite_output_dir=True), "sft", quiet=True)  # then killed: nothing put it back
+    with pytest.raises(RhythmError, match=r"stopped before it trained, and the run it replaced is in .*\.run\.overwritten"):
+        prepare_run(Run(str(run), overwrite_output_dir=True), "sft", quiet=True)
+    assert [p.name for p in overwritten_path(run).iterdir()] == ["checkpoint-2"]
 
 
 def test_overwriting_refuses_to_delete_the_runs_own_inputs(tmp_path: Path) -> None:
