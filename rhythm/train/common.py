@@ -107,7 +107,8 @@ def check_shared(cfg: Any) -> None:
         raise RhythmError("a run reading its data from stdin (data=-) cannot be resumed: nothing tells whether the "
                           "weeks piped now are the ones it trained on; write them to a file and start from that")
     if cfg.jobs.flavor is None:
-        check_output(cfg.output_dir, inputs=data_paths(cfg), folder=True, what="output_dir")
+        models = [m for m in (cfg.model_name_or_path, getattr(cfg, "adapter", None)) if m]  # trained in place: gone
+        check_output(cfg.output_dir, inputs=[*data_paths(cfg), *models], folder=True, what="output_dir")
         for path in data_paths(cfg):
             if path != "-" and not Path(path).is_file():
                 raise RhythmError(f"file not found: {path}")

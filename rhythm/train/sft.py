@@ -278,6 +278,8 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         )
     except (OSError, SafetensorError) as err:  # SafetensorError: a weights file cut short
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
+    except (ValueError, ImportError) as err:  # a setting the libraries refuse: a scheduler, attention or LoRA target
+        raise RhythmError(f"cannot build the trainer with these settings: {' '.join(str(err).split())}") from None
     resolved.update(batch_sizes(trainer.args))
     return SFTRun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, resume)
 

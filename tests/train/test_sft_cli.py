@@ -40,6 +40,11 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--set", "max_length=200"], "every training week is longer than max_length=200 tokens"),
         (["--data", "{teacher}", "--set", "context_noise=0.5"], "'context_noise' is no longer a key of SFTRunConfig"),
         (["--data", "{teacher}", "--model", "{tmp}/empty-model"], "cannot load the tokenizer of"),
+        (["--data", "{teacher}", "--model", "{tmp}/out"], "is also an input of this run"),  # trained in place
+        (["--data", "{teacher}", "--set", "lr_scheduler_type=cosin"], "cannot build the trainer with these settings: cosin"),
+        (["--data", "{teacher}", "--set", "attn_implementation=foo"], "cannot build the trainer with these settings:"),
+        (["--data", "{teacher}", "--set", "use_peft=true", "--set", "lora_target_modules=[qproj]", "-q"],
+         "cannot build the trainer with these settings: Target modules {'qproj'} not found"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, tiny_student, args, message):

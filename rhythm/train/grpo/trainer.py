@@ -157,7 +157,7 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     try:
         tokenizer = AutoTokenizer.from_pretrained(tok_source)
         model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
-    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a weights file cut short
+    except (OSError, ValueError, ImportError, SafetensorError) as err:  # a weights file cut short, an attention not installed
         raise RhythmError(f"cannot load model {base!r}: {str(err).strip().splitlines()[0]}{hint}") from None
     source["tokenizer"] = str(tok_source)
     if cfg.adapter:
@@ -294,17 +294,20 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
         anchor = Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer), cfg.anchor_states, cfg.seed)
         trainer_cls = anchored(GRPOTrainer, anchor, cfg.anchor_weight)
-    trainer = trainer_cls(
-        model=model,
-        reward_funcs=rewards.wrapped(),
-        args=args,
-        train_dataset=Dataset.from_list(train_rows),
-        processing_class=tokenizer,
-        peft_config=peft_config(cfg) if (cfg.use_peft and not cfg.adapter) else None,
-        callbacks=[make_probe_callback(probe, rewards.pop_metrics), make_log_callback(out / LOG_NAME, stage="grpo"),
-                   *(callbacks or [])],
-        rollout_func=rollout,
-    )
+    try:
+        trainer = trainer_cls(
+            model=model,
+            reward_funcs=rewards.wrapped(),
+            args=args,
+            train_dataset=Dataset.from_list(train_rows),
+            processing_class=tokenizer,
+            peft_config=peft_config(cfg) if (cfg.use_peft and not cfg.adapter) else None,
+            callbacks=[make_probe_callback(probe, rewards.pop_metrics), make_log_callback(out / LOG_NAME, stage="grpo"),
+                       *(callbacks or [])],
+            rollout_func=rollout,
+        )
+    except ValueError as err:  # a setting the libraries refuse once the model is there (a LoRA target it lacks)
+        raise RhythmError(f"cannot build the trainer with these settings: {' '.join(str(err).split())}") from None
     resolved.update(batch_sizes(trainer.args))
     # The starting policy, recorded before train() loads a checkpoint: a resumed run's probe and anchor measure
     # against the model the run started from, as an uninterrupted run's do, and its anchor draws the states next.
