@@ -142,11 +142,27 @@ def _stamp(config: Any, inputs: list[str | Path], root: Path) -> dict[str, Any]:
     def name(path: str | Path) -> str:
         return Path(path).relative_to(root).as_posix() if Path(path).is_relative_to(root) else str(path)
 
-    config_text = orjson.dumps(config_dict(config), option=orjson.OPT_SORT_KEYS).decode().replace(str(root), "<out>")
+    settings = _under_out(config_dict(config), str(root))
+    config_text = orjson.dumps(settings, option=orjson.OPT_SORT_KEYS).decode()
     return {"package_version": package_version(), "env_version": ENV_VERSION, "tiny_student": tiny_student_name(),
             "config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
-            "settings": flat_settings(orjson.loads(config_text)),
+            "settings": flat_settings(settings),
             "inputs": {name(i): stage_digest(i) for i in inputs}}
+
+
+def _under_out(value: Any, root: str) -> Any:
+    """``value`` (a config's settings) with each path under the folder ``root`` written as ``<out>/...``: whole
+    values and the items of a comma-separated list, never text that merely contains the folder's name (``--out .``,
+    ``--out 2``, ``--out data``)."""
+    if isinstance(value, dict):
+        return {k: _under_out(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_under_out(v, root) for v in value]
+    if isinstance(value, str):
+        base = root.rstrip("/")
+        return ",".join("<out>" + item[len(base):] if item == base or item.startswith(base + "/") else item
+                        for item in value.split(","))
+    return value
 
 
 def _config_change(old: dict[str, Any], new: dict[str, Any]) -> str:

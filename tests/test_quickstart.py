@@ -317,6 +317,17 @@ def test_a_changed_teacher_sentence_makes_every_stage_stale_and_says_why(tmp_pat
         _corpus.cache_clear()  # the memoised corpus must not keep the patched sentence
 
 
+@pytest.mark.parametrize("root", [".", "2", "data", "/tmp/qs/"])
+def test_a_stamp_writes_paths_under_the_folder_as_out_and_nothing_else(root: str) -> None:
+    """``--out .`` (or 2, or data) once broke the stamp: the folder's name was replaced inside numbers and words."""
+    under = root.rstrip("/") + "/"
+    settings = {"learning_rate": 0.002, "max_steps": 120, "seeds": "0-2", "note": "data2 .2",
+                "data": f"{under}data/t.jsonl,other/t.jsonl", "output_dir": f"{under}sft", "eval": {"out": [f"{under}x"]}}
+    assert rhythm.quickstart._under_out(settings, root) == {
+        "learning_rate": 0.002, "max_steps": 120, "seeds": "0-2", "note": "data2 .2", "data": "<out>/data/t.jsonl,other/t.jsonl",
+        "output_dir": "<out>/sft", "eval": {"out": ["<out>/x"]}}
+
+
 def test_a_stale_stage_names_the_changed_input(tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text("a")
