@@ -21,7 +21,7 @@ def quickstart_command(
 
     \b
     Examples:
-      rhythm quickstart      # -> runs/quickstart, 10-17 min on 2 cores
+      rhythm quickstart      # -> runs/quickstart, 13-26 min on 2 cores (by CPU)
       rhythm quickstart --config configs/quickstart-few.yaml   # a tenth of the teacher weeks, GRPO then DAgger, 26-45 min
       rhythm quickstart --config configs/quickstart-few-short.yaml   # cut to ~26 min where that one takes 37
     """

@@ -45,7 +45,7 @@ from rhythm.agents.tiny import TINY_MODELS
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
 from rhythm.model.load import means_local
-from rhythm.train.hub import check_repo_id, hub_error_line, hub_errors, require_token, upload
+from rhythm.train.hub import check_repo_id, hub_error_line, hub_errors, require_token, upload, upload_pairs
 
 JOB_DIR = "rhythm_job"
 MOUNT_PATH = "/rhythm-run"
@@ -280,6 +280,7 @@ def plan_job(
                               " (or set jobs.data_repo to read it from a Hub dataset repo)"))
     if names and not data_repo:
         raise RhythmError("a job reads its data from the Hub: set jobs.data_repo=user/name (local files are uploaded there)")
+    upload_pairs(uploads)  # two local files of one name would land on one path in the repo: refused here, dry run too
     if data_repo:
         check_repo_id(data_repo, "data_repo")
 

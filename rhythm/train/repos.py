@@ -117,12 +117,13 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     account = hub_account(instead) if missing or local_push else None
     user = None if account is None else str(account["name"])
     if missing and user is None:
-        need = " and ".join(k for k in ("hub_model_id", "data_repo") if k in wanted)
-        options = " and ".join(f"--{k.replace('_', '-')} user/name" for k in ("hub_model_id", "data_repo") if k in wanted)
-        defaults = " and ".join(f"YOU/{names[k]}" for k in ("hub_model_id", "data_repo") if k in wanted)
+        named = [k for k in ("hub_model_id", "data_repo", "adapter") if k in missing]  # the ones to give, not the given
+        need = " and ".join(named)
+        options = " and ".join(f"--{k.replace('_', '-')} user/name" for k in named)
+        defaults = " and ".join(f"YOU/{names[k]}" for k in named)
         why = "a Hugging Face Jobs run" if flavor else "push_to_hub"
         raise RhythmError(f"{why} needs {need}: pass {options}, or set HF_TOKEN (or run `hf auth login`) "
-                          f"so {'it defaults' if len(wanted) == 1 else 'they default'} to {defaults}")
+                          f"so {'it defaults' if len(named) == 1 else 'they default'} to {defaults}")
     if local_push:
         check_push_account(account)
     changes = {k: f"{user}/{names[k]}" for k in missing}

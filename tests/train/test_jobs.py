@@ -149,6 +149,19 @@ def test_flavor_bad_input_exits_2(hub, tmp_path, teacher, args, message):
     assert hub.requests == []
 
 
+def test_two_data_files_of_one_name_are_refused_by_the_dry_run_as_by_the_submission(hub, tmp_path, teacher):
+    """Uploaded by their names, both would land at one path in the data repo: the dry run printed a job reading one
+    file twice, which the submission then refused."""
+    other = tmp_path / "b" / teacher.name
+    other.parent.mkdir()
+    other.write_bytes(teacher.read_bytes())
+    for dry in (["--dry-run"], []):
+        code, out, err = rhythm(hub, tmp_path, *JOB, "--data", f"{teacher},{other}", *dry)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert f"two files would both land at '{teacher.name}' in the repo" in err
+    assert hub.requests == []
+
+
 def test_a_data_file_neither_here_nor_in_the_data_repo_is_refused_before_anything_is_sent(hub, tmp_path, teacher):
     """A relative path that is no file here names a file in the data repo; one that is not there either used to
     start a paid job that failed reading it. Checked before any upload, commit or job, and by a dry run."""

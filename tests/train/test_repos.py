@@ -70,6 +70,17 @@ def test_no_token_or_a_refused_one_is_one_line_exit_2(hub, tmp_path, token):
     assert hub.jobs == {}
 
 
+def test_without_a_token_a_grpo_job_names_the_repo_it_lacks(hub, tmp_path):
+    """Its run and data repos given, a GRPO job still needs the adapter it starts from (YOU/rhythm-sft by default):
+    the line names that one, not the repos already given."""
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    code, out, err = rhythm(hub, tmp_path, "grpo", "--flavor", "a10g-large", "--dry-run", "--hub-model-id", "me/x",
+                            "--data-repo", "me/d", "--data", "t.jsonl", token=False)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "needs adapter: pass --adapter user/name" in err and "YOU/rhythm-sft" in err and "--hub-model-id" not in err
+    assert hub.requests == []
+
+
 def test_upload_without_repo_goes_to_the_users_teacher_repo(hub, tmp_path):
     from .helpers import write_episodes
 
