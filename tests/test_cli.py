@@ -17,6 +17,7 @@ import pytest
     [
         (["generate", "--seeds", "5-x", "--output", "-"], "malformed seed range"),
         (["eval", "--seeds", "5-x"], "malformed seed range"),
+        (["eval", "--seeds", ""], "empty seed range"),  # not the default seeds
         (["eval", "--condition", "sideways"], "unknown condition"),
         (["generate", "--condition", "sideways", "--output", "-"], "unknown condition"),
         (["eval", "--agent", "wizard"], "unknown agent"),

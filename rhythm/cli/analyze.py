@@ -56,8 +56,13 @@ def paired_command(
     sides = read_sides([first, second, *([target] if target else [])], metric)
     shares = distance_shares(*sides) if target else None
     print(paired_table(paired_differences(*sides[:2], lower_better=lower_is_better(metric)), shares))
-    note = unpaired_note(*sides)
-    if note:
+    notes = [unpaired_note(*sides[:2])]  # the differences pair the first two sides; the share needs all three
+    if target:
+        both, three = (len(set.intersection(*(set(side) for side in group))) for group in (sides[:2], sides))
+        if three < both:
+            notes.append(f"the share of the target's distance is over the {three} people all three played "
+                         f"(the differences: {both})")
+    for note in filter(None, notes):
         err_console.print(note, markup=False, highlight=False)
 
 

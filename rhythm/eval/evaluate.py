@@ -100,7 +100,7 @@ are sent; the results' ``config`` records them): out of its ``config_hash``, as 
 
 
 def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
-    if cfg.seeds:
+    if cfg.seeds is not None:  # given, even empty: parse_seeds says what is wrong with it
         return parse_seeds(cfg.seeds)
     n = cfg.episodes if cfg.episodes is not None else DEFAULT_EPISODES[condition]
     if n < 1:

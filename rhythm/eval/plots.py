@@ -131,10 +131,11 @@ class ScoreBar:
 def score_bars(results: list[tuple[Path, EvalResults]]) -> list[ScoreBar]:
     """Every bar of the final-score figure, in drawing order: evaluated agents, their references,
     then the published run (v2 only). An agent evaluated in its own right is not repeated as a
-    reference; a reference is taken from the first results file that played it."""
+    reference in a condition where it has its own bar; a reference is taken from the first results file that played
+    it."""
     bars: list[ScoreBar] = []
     labels = _labels(results)
-    main_agents = {r.agent for _, r in results}
+    own = {(r.agent, cond) for _, r in results for cond in r.conditions}
     for label, (_, r) in zip(labels, results, strict=True):
         for cond, entry in r.conditions.items():
             for grader, stat in (("v2", entry.final_score_v2), ("v3", entry.final_score)):
@@ -146,7 +147,7 @@ def score_bars(results: list[tuple[Path, EvalResults]]) -> list[ScoreBar]:
     for _, r in results:
         for cond, entry in r.conditions.items():
             for name, ref in sorted(entry.references.items()):
-                if name in main_agents or (name, cond) in taken:
+                if (name, cond) in own or (name, cond) in taken:
                     continue
                 taken.add((name, cond))
                 for grader, value in (("v2", ref.final_score_v2), ("v3", ref.final_score)):
@@ -166,9 +167,10 @@ def _color(name: str, kind: str, order: dict[str, int]) -> str:
     return _CYCLE[order.setdefault(name, len(order)) % len(_CYCLE)]
 
 
-def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True) -> Any:
+def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True, split: str = "eval") -> Any:
     """The final-score figure: conditions on x, one bar per agent; v2 with the published run on top, v3 below.
-    ``same_seeds``: whether every results file played the same people (the legend says which)."""
+    ``same_seeds``: whether every results file played the same people (the legend says which); ``split``: the split
+    they played (the title says it)."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -234,7 +236,7 @@ def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True) -> Any:
             ax.axvline(ci + 0.5, color="#cccccc", linewidth=0.8)
     # beside the panels, centred: clear of the data, the panel titles and the figure title above
     fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=9, frameon=False)
-    fig.suptitle("Final score by condition (eval split; mean and bootstrap 95% CI)", fontsize=13)
+    fig.suptitle(f"Final score by condition ({split} split; mean and bootstrap 95% CI)", fontsize=13)
     fig.supxlabel(  # a caption, laid out below the panels
         "Reference agents: means only (results files keep no CI for them).   Published: SPEC's reference run "
         "(grader v2, the original environment; n/a = not published).",
@@ -243,8 +245,9 @@ def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True) -> Any:
     return fig
 
 
-def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150, same_seeds: bool = True) -> Path:
-    return _save(final_scores_figure(bars, same_seeds), path, dpi)
+def plot_final_scores(bars: list[ScoreBar], path: Path, dpi: int = 150, same_seeds: bool = True,
+                      split: str = "eval") -> Path:
+    return _save(final_scores_figure(bars, same_seeds, split), path, dpi)
 
 
 # -- belief accuracy -----------------------------------------------------------------------------
@@ -605,7 +608,7 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
         mixed = seeds_notes([r for _, r in results])
         summary.notes += [f"final_scores.png: {note}" for note in mixed]
         summary.written.append(plot_final_scores(score_bars(results), out / "final_scores.png", cfg.dpi,
-                                                 same_seeds=not mixed))
+                                                 same_seeds=not mixed, split=" and ".join(sorted({r.split for _, r in results}))))
         if curves:
             summary.written.append(plot_belief_accuracy(curves, out / "belief_accuracy.png", cfg.dpi))
         else:

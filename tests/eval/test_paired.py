@@ -274,6 +274,11 @@ def test_weeks_left_unpaired_are_said(tmp_path, run_cli):
     assert "paired 2 people; not paired: 4 of 6 first weeks (no shared person in ood)" in " ".join(err.split())
     code, _, err = run_cli("analyze", "paired", b, b)
     assert code == 0 and "not paired" not in err
+    # a target that played fewer people: the differences' note is about the two sides; the share says its own count
+    code, out, err = run_cli("analyze", "paired", a, a, "--target", _weeks(tmp_path / "t.jsonl", range(3)))
+    said = " ".join(err.split())
+    assert code == 0 and "not paired" not in said, said
+    assert "the share of the target's distance is over the 3 people all three played (the differences: 4)" in said
 
 
 def test_a_person_twice_is_refused_by_belief_steps(tmp_path, run_cli):

@@ -16,6 +16,7 @@ from rhythm.eval.evaluate import EvalConfig, run_eval
 from rhythm.eval.plots import (
     PUBLISHED_V2,
     PlotConfig,
+    ScoreBar,
     belief_accuracy_figure,
     belief_curves,
     final_scores_figure,
@@ -135,6 +136,15 @@ def test_an_agent_evaluated_in_its_own_right_is_not_repeated_as_a_reference(baye
     bars = score_bars([(bayes_results, load_results(bayes_results)), (heuristic_results, load_results(heuristic_results))])
     heur = [b for b in bars if b.agent == "heuristic" and b.condition == "in-dist" and b.grader == "v3"]
     assert [b.kind for b in heur] == ["agent"] and heur[0].ci95 is not None
+    # where it was not evaluated in its own right (ood, discrete), it keeps its bar as bayes's reference
+    others = [(b.condition, b.kind) for b in bars if b.agent == "heuristic" and b.grader == "v3" and b.condition != "in-dist"]
+    assert sorted(others) == [("discrete", "reference"), ("ood", "reference")]
+
+
+def test_the_figure_names_the_split_its_results_played() -> None:
+    bars = [ScoreBar("bayes", "in-dist", grader, 0.6, (0.5, 0.7), "agent") for grader in ("v2", "v3")]
+    assert "(eval split;" in final_scores_figure(bars)._suptitle.get_text()
+    assert "(train split;" in final_scores_figure(bars, split="train")._suptitle.get_text()
 
 
 def test_belief_curves_are_computed_from_the_episodes(bayes_results: Path, tmp_path: Path) -> None:
