@@ -126,6 +126,16 @@ def graded_belief(record: dict[str, Any]) -> list[float] | None:
     return steps[-1].get("belief") if steps else None
 
 
+def score_field(record: dict[str, Any], key: str, *, needed: bool = False) -> float | None:
+    """``record``'s ``score.KEY`` as a number: None where the score or the field is missing or null, or, with
+    ``needed``, a one-line :class:`RhythmError` naming the week (a reader that cannot do without it)."""
+    score = record.get("score")
+    value = score.get(key) if isinstance(score, dict) else None
+    if value is None and needed:
+        raise RhythmError(f"{record.get('condition')} person {record.get('seed')} has no score.{key}")
+    return None if value is None else float(value)
+
+
 def dumps(record: dict[str, Any] | EpisodeRecord) -> bytes:
     data = record.to_dict() if isinstance(record, EpisodeRecord) else record
     return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"

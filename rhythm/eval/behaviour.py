@@ -20,12 +20,15 @@ import numpy as np
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.grader import true_belief
-from rhythm.records import graded_belief, read_episodes
+from rhythm.records import graded_belief, read_episodes, score_field
 
 
 def meter_crashes(record: dict[str, Any]) -> np.ndarray:
     """One week's crashes on each meter (V, C, P, S, N): the steps after which that meter was below
     ``CRASH_THRESHOLD``, as the env counts a crash."""
+    if any(not isinstance(s.get("meters"), list) for s in record["steps"]):
+        raise RhythmError(f"{record.get('condition')} person {record.get('seed')}: a step records no meters, which its "
+                          "crashes are counted from")
     below = np.array([[m < CRASH_THRESHOLD for m in s["meters"]] for s in record["steps"]], dtype=bool)
     return below.reshape(-1, len(METER_ABBREV)).sum(axis=0)
 
@@ -56,12 +59,12 @@ def behaviour_profile(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
         counts = Counter(s["action"] for e in eps for s in e["steps"])
         total = sum(counts.values()) or 1
         by_meter = np.sum([meter_crashes(e) for e in eps], axis=0) / len(eps)
-        maes = [e["score"]["belief_mae"] for e in eps if e["score"].get("belief_mae") is not None]
+        maes = [mae for e in eps if (mae := score_field(e, "belief_mae")) is not None]
         out[cond] = {
             "episodes": len(eps),
-            "crashes": float(np.mean([e["score"]["crashes"] for e in eps])),
+            "crashes": float(np.mean([score_field(e, "crashes", needed=True) for e in eps])),
             "crashes_by_meter": dict(zip(METER_ABBREV, by_meter.tolist(), strict=True)),
-            "behaviour": float(np.mean([e["score"]["behaviour_score"] for e in eps])),
+            "behaviour": float(np.mean([score_field(e, "behaviour_score", needed=True) for e in eps])),
             "belief_mae": float(np.mean(maes)) if maes else None,
             "belief_reach": belief_reach(eps),
             "actions": {a: counts.get(a, 0) / total for a in ACTIONS},

@@ -25,7 +25,7 @@ from rhythm.env.constants import METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.eval.behaviour import meter_crashes
 from rhythm.eval.stats import bootstrap_ci, ci_text, mean_ci, paired_win_rate
-from rhythm.records import read_episodes
+from rhythm.records import read_episodes, score_field
 
 Key = tuple[str, str, int]
 """An episode's person: condition, split, seed."""
@@ -47,16 +47,10 @@ def lower_is_better(metric: str) -> bool:
 def episode_value(record: dict[str, Any], metric: str = "final_score") -> float | None:
     """One week's ``metric`` (:data:`METRICS`); ``crashes:M`` is meter M's count in
     :func:`rhythm.eval.behaviour.meter_crashes`; ``belief_mae`` is None for a week that stated no belief."""
-    if metric in SCORES:
-        value = record["score"].get(metric)
-        if value is None:
-            raise RhythmError(f"{record['condition']} person {record['seed']} has no score.{metric}")
-        return float(value)
+    if metric in (*SCORES, "crashes"):
+        return score_field(record, metric, needed=True)
     if metric == "belief_mae":
-        mae = record["score"].get("belief_mae")
-        return None if mae is None else float(mae)
-    if metric == "crashes":
-        return float(record["score"]["crashes"])
+        return score_field(record, "belief_mae")
     return float(meter_crashes(record)[METER_ABBREV.index(metric.split(":")[1])])
 
 

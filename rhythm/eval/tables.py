@@ -105,9 +105,9 @@ def belief_table(results: list[EvalResults]) -> str:
             x = rows[agent].get(c)
             if not x or x.get("mae") is None:
                 continue
-            dims = x["by_dim"] or {}
+            dims, prior = x["by_dim"] or {}, x.get("mae_prior")  # an older results file may lack the prior's
             lines.append(
-                f"| {name(agent)} | {c} | {x['mae']:.3f} | {x['mae_prior']:.3f} | {x['mae'] / x['mae_prior']:.2f} | "
+                f"| {name(agent)} | {c} | {x['mae']:.3f} | " + (f"{prior:.3f} | {x['mae'] / prior:.2f} | " if prior else "n/a | n/a | ")
                 + " | ".join(f"{dims.get(d, float('nan')):.3f}" for d in BELIEF_DIMS) + " |"
             )
     return "\n".join(lines)

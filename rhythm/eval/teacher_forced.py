@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.filtering import filtered_weeks
-from rhythm.env.constants import ACTIONS, METER_ABBREV, N_METERS
+from rhythm.env.constants import ACTIONS, EPISODE_STEPS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, prior_mae, true_belief
@@ -144,7 +144,11 @@ def meter_readout(model: Any, tokenizer: Any, records: list[dict[str, Any]], fit
 
 def check_stated(record: dict[str, Any], where: str) -> None:
     """The probe compares the student's belief with the one the week states at every step, read from its reply's
-    ``BELIEF:`` line: a week where a step states none (a heuristic's, a student's parse failure) is refused."""
+    ``BELIEF:`` line: a week where a step states none (a heuristic's, a student's parse failure) is refused, and so
+    is a week cut short (the probe's table is step by step over whole weeks)."""
+    if len(record["steps"]) != EPISODE_STEPS:
+        raise RhythmError(f"{where}: a week of {len(record['steps'])} steps; the teacher-forced probe reads whole weeks "
+                          f"of {EPISODE_STEPS}")
     for step in record["steps"]:
         if step.get("belief") is None or parse_reply(step.get("response", "")).belief is None:
             raise RhythmError(f"{where}: step {step['t']} states no belief; the teacher-forced probe reads weeks whose "

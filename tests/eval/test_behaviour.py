@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from rhythm.agents.base import EpisodeSpec
@@ -101,3 +102,19 @@ def test_empty_inputs_are_one_clear_error(tmp_path, run_cli):
     results.write_text('{"agent": "bayes", "conditions": {}}')
     code, _, err = run_cli("analyze", "tables", str(results))
     assert code == 2 and "holds no condition's results" in err
+
+
+def test_a_results_file_without_the_priors_error_shows_it_as_not_available(tmp_path, run_cli):
+    """An older results file (or one written by hand) may hold no ``belief_mae_prior``: the belief table says n/a
+    there, not a traceback."""
+    out = tmp_path / "b.json"
+    code, _, err = run_cli("eval", "--agent", "bayes", "--condition", "in-dist", "--episodes", "2", "--set",
+                           "references=[]", "--output", str(out), "--quiet")
+    assert code == 0, err
+    results = orjson.loads(out.read_bytes())
+    results["conditions"]["in-dist"]["belief_mae_prior"] = None
+    out.write_bytes(orjson.dumps(results))
+    code, table, err = run_cli("analyze", "tables", str(out))
+    assert code == 0, err
+    (row,) = [line for line in table.splitlines() if line.startswith("| teacher (bayes) | in-dist |")]
+    assert row.split("|")[4:6] == [" n/a ", " n/a "]

@@ -3,7 +3,10 @@ command line's bad input."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -286,3 +289,23 @@ def test_a_person_twice_is_refused_by_belief_steps(tmp_path, run_cli):
     a = _weeks(tmp_path / "a.jsonl", range(3))
     code, _, err = run_cli("analyze", "belief-steps", f"{a},{a}")
     assert code == 2 and "in-dist person 0 (eval split) appears twice" in err
+
+
+@pytest.mark.parametrize("edit, args, needle", [
+    (lambda r: r.update(score=None), [], "in-dist person 0 has no score.final_score"),
+    (lambda r: r.update(score={}), ["--metric", "crashes"], "in-dist person 0 has no score.crashes"),
+    (lambda r: [s.pop("meters") for s in r["steps"]], ["--metric", "crashes:S"], "a step records no meters"),
+], ids=["score-null", "score-empty", "no-meters"])
+def test_weeks_the_record_check_lets_through_are_one_line_where_a_reader_needs_more(tmp_path, run_cli, edit, args, needle):
+    """A null or empty score and steps without meters pass the record check (a week need not be graded to be
+    replayed), but pairing or profiling them needs the fields: one line and exit 2, not a traceback."""
+    good = _weeks(tmp_path / "good.jsonl", range(2))
+    weeks = [orjson.loads(line) for line in Path(good).read_bytes().splitlines()]
+    edit(weeks[0])
+    odd = tmp_path / "odd.jsonl"
+    odd.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in weeks))
+    code, out, err = run_cli("analyze", "paired", str(odd), good, *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+    if args:  # the profile reads the crashes and the meters too
+        code, out, err = run_cli("analyze", "behaviour", str(odd))
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err

@@ -204,3 +204,8 @@ def test_weeks_with_a_step_that_states_no_belief_are_one_clear_error(tmp_path, r
     write_episodes(path, [r.to_dict() for r in play(make_agent("heuristic"), [EpisodeSpec("in-dist", "eval", 0)])])
     code, _, err = run_cli("analyze", "teacher-forced", str(tmp_path / "no-model"), str(path))
     assert code == 2 and f"{path}:1: step 0 states no belief" in err
+    short = tmp_path / "short.jsonl"  # a bayes week cut to 10 steps passes the record check; the probe's table is by step
+    week = play(make_agent("bayes"), [EpisodeSpec("in-dist", "eval", 0)])[0].to_dict()
+    write_episodes(short, [{**week, "steps": week["steps"][:10]}])
+    code, out, err = run_cli("analyze", "teacher-forced", str(tmp_path / "no-model"), str(short))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and f"{short}:1: a week of 10 steps" in err, err
