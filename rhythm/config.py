@@ -7,7 +7,8 @@ of the wrong type. Nested dataclass fields take nested YAML mappings or dotted k
 (:func:`config_dict`, :func:`config_hash`).
 
 A YAML file may start from another: ``base: sft-tiny.yaml`` (a path relative to the including file, or a
-shipped config's name) is read first and the file's own keys are applied on top, section by section, so a
+shipped config's name) is read first and the file's own keys are applied on top, section by section (a mapping
+field, such as the quickstart's stage overrides, key by key: ``--set grpo={...}`` still replaces one whole), so a
 variant states only what it changes. Bases chain; a cycle is refused.
 
 The recipe's configs ship inside the package (``rhythm/configs/*.yaml``, read with
@@ -54,7 +55,8 @@ def _suggest(key: str, valid: Iterable[str], prefix: str = "") -> str:
     return f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(valid))}"
 
 
-def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: str, prefix: str = "",
+           merge: bool = False) -> dict[str, Any]:
     """Merge ``values`` into the field dict ``base`` of dataclass ``cls`` with validation (``prefix``: the section
     ``cls`` is, ``branch.``, so a message names a key as it was given)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -77,10 +79,12 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
             update = {rest: value} if rest else value
             if not isinstance(update, Mapping):
                 raise RhythmError(f"{where}: {head!r} takes a mapping of {hint.__name__} fields, got {value!r}")
-            out[head] = hint(**_apply(hint, sub_base, update, where, f"{prefix}{head}."))
+            out[head] = hint(**_apply(hint, sub_base, update, where, f"{prefix}{head}.", merge))
             continue
-        if rest and (typing.get_origin(hint) or hint) is dict:  # a mapping field (a stage's overrides): one key of it
-            value = {**(out.get(head) or {}), rest: value}
+        if (typing.get_origin(hint) or hint) is dict and (rest or (merge and isinstance(value, Mapping))):
+            # a mapping field (a stage's overrides): a dotted key sets one key of it; in a file over its base the keys
+            # given go on top of the base's, so a variant states only what it changes (elsewhere a mapping replaces)
+            value = {**(out.get(head) or {}), **({rest: value} if rest else value)}
         elif rest:
             raise RhythmError(f"{where}: {head!r} has no sub-keys (got {raw_key!r})")
         if _takes_text(hint):
@@ -239,8 +243,8 @@ def load_config(
         raise TypeError(f"{cls!r} is not a dataclass")
     defaults = cls()
     values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls)}
-    for file, data in config_layers(path) if path is not None else []:
-        values = _apply(cls, values, data, str(file))
+    for layer, (file, data) in enumerate(config_layers(path) if path is not None else []):
+        values = _apply(cls, values, data, str(file), merge=layer > 0)  # a variant's mappings go on its base's
     if overrides is not None:
         if not isinstance(overrides, Mapping):
             overrides = parse_overrides(overrides)

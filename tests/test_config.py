@@ -181,6 +181,17 @@ def test_base_is_read_first_relative_to_the_including_file_and_chains(tmp_path: 
     assert load_config(Outer, tmp_path / "top.yaml", ["inner.horizon=5"]).inner == Inner(5, 9)
 
 
+def test_a_variants_mapping_goes_on_top_of_its_bases(tmp_path: Path) -> None:
+    """``base: few.yaml`` then ``grpo: {learning_rate: ...}`` kept only that key, so the base's ``max_steps`` was
+    silently lost: a variant's mapping adds to its base's, key by key; the command line still replaces one whole."""
+    (tmp_path / "base.yaml").write_text("sft:\n  max_steps: 75\n  learning_rate: 0.001\nsizes:\n  a: 7\n")
+    (tmp_path / "variant.yaml").write_text("base: base.yaml\nsft:\n  learning_rate: 0.0001\nsizes:\n  b: 9\n")
+    cfg = load_config(Stages, tmp_path / "variant.yaml")
+    assert cfg.sft == {"max_steps": 75, "learning_rate": 0.0001} and cfg.sizes == {"a": 7, "b": 9}
+    assert load_config(Stages, tmp_path / "base.yaml").sizes == {"a": 7}  # a file over the defaults replaces
+    assert load_config(Stages, tmp_path / "variant.yaml", ["sft={max_steps: 2}"]).sft == {"max_steps": 2}
+
+
 def test_a_base_cycle_a_bad_base_and_an_unknown_key_in_a_base_fail_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("base: b.yaml\nname: a\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
