@@ -81,6 +81,8 @@ def test_resume_refuses_a_file_made_with_other_settings(tmp_path: Path) -> None:
     generate(cfg)
     more = generate(replace(cfg, seeds="0-4", resume=True, concurrency=2, chunk=1))  # how, not what: resumes
     assert more.skipped == 3 and more.episodes == 2 and len({r["config_hash"] for r in _lines(out)}) == 1
+    for spelt in ("Heuristic", " heuristic", "heuristic:"):  # the same teacher, however it is typed
+        assert generate(replace(cfg, teacher=spelt, seeds="0-4", resume=True)).skipped == 5
     before = out.read_bytes()
     planner = replace(cfg.teacher_options.planner, samples=4)
     changes = ("teacher: heuristic -> random", f"teacher_options.planner.samples: {cfg.teacher_options.planner.samples} -> 4")

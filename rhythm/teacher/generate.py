@@ -27,7 +27,7 @@ from rhythm.locking import output_lock
 from rhythm.records import check_output, dumps
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.llm_generate import generate_llm, target_of
-from rhythm.teacher.output import GenerateConfig, GenerateSummary, data_hash, open_output
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
 from rhythm.workers import worker_pool
 
 __all__ = ["GenerateConfig", "GenerateSummary", "generate", "summary_line", "validate"]
@@ -86,6 +86,7 @@ def _generate(
     if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
         # API teachers: async, in one process
         return generate_llm(cfg, seeds, progress=progress, on_total=on_total)
+    cfg = canonical(cfg)  # the teacher as the registry names it, in the hash and the recorded config alike
     chash = data_hash(cfg)
     started = time.perf_counter()
     scores: list[float] = []

@@ -71,11 +71,12 @@ def canonical(cfg: GenerateConfig) -> GenerateConfig:
     """``cfg`` with a chat-model teacher spelt one way: ``--teacher openai:NAME`` as ``--teacher openai --model NAME``,
     ``azure:NAME`` as ``--teacher azure --deployment NAME`` (the provider in lower case). Both spellings make the same
     weeks, so they hash and record alike and either resumes the other's file; the long form is kept as it was, and a
-    file written before in the short form resumes through :func:`typed_hash`. Other teachers are left as they are."""
+    file written before in the short form resumes through :func:`typed_hash`. Other teachers are named as the registry
+    reads them (``Bayes``, `` bayes`` and ``bayes:`` are ``bayes``; an argument is kept as typed)."""
     kind, _, arg = cfg.teacher.partition(":")
     provider, name = kind.strip().lower(), arg.strip()
     if provider not in PROVIDERS:
-        return cfg
+        return replace(cfg, teacher=f"{provider}:{name}" if name else provider)
     llm = replace(cfg.llm, **{"model" if provider == "openai" else "deployment": name}) if name else cfg.llm
     return replace(cfg, teacher=provider, llm=llm)
 
