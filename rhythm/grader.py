@@ -24,14 +24,15 @@ ties at 0 count half in win rates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
-from rhythm.env.constants import CONDITIONS
+from rhythm.env.constants import CONDITIONS, ENV_VERSION
 from rhythm.env.profiles import belief_of, sample_profiles
+from rhythm.errors import RhythmError
 
 GRADERS: Final[tuple[str, ...]] = ("v3", "v2")
 DEFAULT_GRADER: Final[str] = "v3"
@@ -61,6 +62,16 @@ def true_belief(condition: str, split: str, seeds: Sequence[int] | np.ndarray) -
     """The hidden (S, M, W) of the people of ``(condition, split, seeds)``: ``(len(seeds), 3)``. The one
     place a report, a plot, a probe or a reward finds the truth a stated belief is graded against."""
     return belief_of(sample_profiles(condition, split, np.asarray(seeds, dtype=np.int64)))
+
+
+def week_truth(record: Mapping[str, Any], where: str | None = None) -> np.ndarray:
+    """The true (S, M, W) of a recorded week's person (:func:`true_belief`). A week of another env version is
+    refused with one line naming ``where`` (or the person): under the same seed it is another person here."""
+    if record.get("env_version") != ENV_VERSION:
+        where = where or f"{record.get('condition')} person {record.get('seed')}"
+        raise RhythmError(f"{where}: a week of env version {record.get('env_version')!r}; the true beliefs are "
+                          f"{ENV_VERSION}'s, another person under the same seed")
+    return true_belief(record["condition"], record["split"], [int(record["seed"])])[0]
 
 
 def prior_mae(condition: str, truth: np.ndarray) -> np.ndarray:

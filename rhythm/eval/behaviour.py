@@ -19,7 +19,7 @@ import numpy as np
 
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
-from rhythm.grader import true_belief
+from rhythm.grader import week_truth
 from rhythm.records import graded_belief, read_episodes, score_field
 
 
@@ -35,13 +35,13 @@ def meter_crashes(record: dict[str, Any]) -> np.ndarray:
 
 def belief_reach(records: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
     """How far from 0.5 any number of the weeks' graded beliefs (:func:`rhythm.records.graded_belief`) goes, and how
-    far the same people's true (S, M, W) go (:func:`rhythm.grader.true_belief`): ``(stated, truth)``, None when no
+    far the same people's true (S, M, W) go (:func:`rhythm.grader.week_truth`): ``(stated, truth)``, None when no
     week's last step stated a belief. A stated reach well short of the truth's is a belief that cannot say how
     extreme a person is (a student whose teacher weeks never showed such a person)."""
     stated = [(r, b) for r in records if (b := graded_belief(r)) is not None]
     if not stated:
         return None
-    truth = np.array([true_belief(r["condition"], r["split"], [int(r["seed"])])[0] for r, _ in stated])
+    truth = np.array([week_truth(r) for r, _ in stated])
     return float(np.abs(np.array([b for _, b in stated]) - 0.5).max()), float(np.abs(truth - 0.5).max())
 
 

@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 
 from rhythm.config import write_config
-from rhythm.env.constants import CONDITIONS, ENV_VERSION, EPISODE_STEPS, N_SLOTS
+from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name, start_of_sft
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
 from rhythm.eval.tables import seeds_notes
-from rhythm.grader import belief_mae_by_step, prior_mae, prior_mae_beside, true_belief
+from rhythm.grader import belief_mae_by_step, prior_mae, prior_mae_beside, week_truth
 from rhythm.provenance import made_by
 from rhythm.records import check_output, iter_jsonl, read_episodes
 
@@ -276,15 +276,12 @@ def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[
     seen: set[tuple[str, str, int]] = set()
     for where, rec in records:
         cond = rec["condition"]
-        if rec.get("env_version") != ENV_VERSION:
-            raise RhythmError(f"{where}: a week of env version {rec.get('env_version')!r}; the true beliefs are "
-                              f"{ENV_VERSION}'s, another person under the same seed")
+        truth = week_truth(rec, where)
         person = (cond, rec["split"], int(rec["seed"]))
         if person in seen:
             raise RhythmError(f"{where}: {cond} person {person[2]} ({person[1]} split) appears twice; give each week once")
         seen.add(person)
         try:
-            truth = true_belief(cond, rec["split"], [rec["seed"]])[0]
             err = belief_mae_by_step([(int(step["t"]), step.get("belief")) for step in rec["steps"]], truth, EPISODE_STEPS)
         except (ValueError, TypeError) as exc:
             raise RhythmError(f"{where}: {exc}") from None

@@ -37,7 +37,7 @@ from rhythm.agents.filtering import filtered_weeks
 from rhythm.env.constants import ACTIONS, EPISODE_STEPS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
-from rhythm.grader import belief_mae, prior_mae, true_belief
+from rhythm.grader import belief_mae, prior_mae, week_truth
 from rhythm.protocol import format_ending, parse_reply, record_conversation
 from rhythm.records import read_episodes
 
@@ -171,7 +171,7 @@ def teacher_forced_errors(model: Any, tokenizer: Any, records: list[dict[str, An
         ids, logits = _forced(model, tokenizer, record)
         at = [i for i, t in enumerate(ids) if t in markers]
         said = values[logits[at][:, value_ids].argmax(-1)].view(-1, 3).numpy()
-        truth = true_belief(record["condition"], record["split"], [record["seed"]])[0]
+        truth = week_truth(record)
         student.append(belief_mae(said, truth))
         teacher.append(belief_mae(np.array([s["belief"] for s in record["steps"]]), truth))
     return np.stack(student), np.stack(teacher)
@@ -190,6 +190,7 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
         raise RhythmError(f"no weeks in {episodes}" + (f" for condition {condition}" if condition else ""))
     for where, record in found:
         check_stated(record, where)
+        week_truth(record, where)  # a week of another env version is another person: refused before the model loads
     records = [r for _, r in found]
     if not Path(model_dir).expanduser().is_dir():
         raise RhythmError(f"model directory not found: {model_dir}")
@@ -199,7 +200,7 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
     except (OSError, ValueError, SafetensorError) as err:  # ValueError: a folder with no model; SafetensorError: cut short
         raise RhythmError(f"cannot load the model in {model_dir} ({str(err).splitlines()[0]})") from None
 
-    prior = np.mean([prior_mae(r["condition"], true_belief(r["condition"], r["split"], [r["seed"]])[0]) for r in records])
+    prior = np.mean([prior_mae(r["condition"], week_truth(r)) for r in records])
     row = lambda e: " / ".join(f"{e.mean(axis=0)[s - 1]:.3f}" for s in STEPS)  # noqa: E731
     yield f"teacher-forced belief MAE at steps {'/'.join(map(str, STEPS))} over {len(records)} weeks (prior {prior:.3f}):"
     student, recorded = teacher_forced_errors(model, tokenizer, records)

@@ -8,7 +8,7 @@ import pytest
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
-from rhythm.env.constants import ACTIONS
+from rhythm.env.constants import ACTIONS, ENV_VERSION
 from rhythm.eval.behaviour import behaviour_profile, behaviour_table, belief_reach, label, labels
 from rhythm.records import JsonlWriter, graded_belief
 
@@ -44,7 +44,8 @@ def test_the_belief_reach_is_the_farthest_stated_number_from_half_beside_the_tru
     from rhythm.grader import true_belief
 
     def week(seed, beliefs):
-        return {"condition": "ood", "split": "train", "seed": seed, "score": {"crashes": 0, "behaviour_score": 0.5},
+        return {"condition": "ood", "split": "train", "seed": seed, "env_version": ENV_VERSION,
+                "score": {"crashes": 0, "behaviour_score": 0.5},
                 "steps": [{"belief": b, "action": "SLEEP", "meters": [0.5] * 5} for b in beliefs]}
 
     records = [week(1, [[0.9, 0.5, 0.5], [0.3, 0.6, 0.55]]), week(2, [[0.5, 0.5, 0.5], [0.45, 0.5, 0.5]]),
@@ -118,3 +119,16 @@ def test_a_results_file_without_the_priors_error_shows_it_as_not_available(tmp_p
     assert code == 0, err
     (row,) = [line for line in table.splitlines() if line.startswith("| teacher (bayes) | in-dist |")]
     assert row.split("|")[4:6] == [" n/a ", " n/a "]
+
+
+def test_weeks_of_another_env_version_are_refused_where_the_truth_is_read(tmp_path, run_cli):
+    """The reach of the truth (behaviour) and the probe's errors (teacher-forced) read this env's true beliefs: under
+    another env version the same seed is another person, refused as belief-steps and the plots refuse it."""
+    weeks = [r.to_dict() for r in play(make_agent("bayes"), [EpisodeSpec("in-dist", "eval", s) for s in range(2)])]
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b"".join(orjson.dumps({**r, "env_version": "rhythm-v0"}) + b"\n" for r in weeks))
+    for args in (["behaviour", str(old)], ["teacher-forced", str(tmp_path / "no-model"), str(old)],
+                 ["belief-steps", str(old)]):
+        code, out, err = run_cli("analyze", *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (args, err)
+        assert "a week of env version 'rhythm-v0'; the true beliefs are" in err, err
