@@ -28,6 +28,7 @@ per run directory (:mod:`rhythm.locking`): a second one on the same ``--out`` st
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -53,10 +54,13 @@ from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions
 from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
+from rhythm.seeds import parse_seeds
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.train.grpo import GRPORunConfig, run_grpo
+from rhythm.train.grpo import validate as validate_grpo
 from rhythm.train.run_folder import data_paths, empty_folder, latest_checkpoint, remove
 from rhythm.train.sft import SFTRunConfig, run_sft
+from rhythm.train.sft import validate as validate_sft
 
 STAMP = ".rhythm_stage.json"
 PENDING = ".rhythm_stage.pending.json"
@@ -122,9 +126,9 @@ class QuickstartConfig:
     """Eval episodes per condition (eval split, seeds 0..N-1): rhythm eval's defaults."""
     references: list[str] = field(default_factory=lambda: ["random", "heuristic", "bayes", "oracle"])
     """Agents evaluated on the same seeds as the student."""
-    max_new_tokens: int = 16
+    max_new_tokens: Positive = 16
     """Reply budget of the student per step (the tiny student writes only BELIEF and ACTION lines, ~11 tokens)."""
-    batch_size: int = 64
+    batch_size: Positive = 64
     """Episodes per lockstep batch (one kept KV cache each)."""
     eval_split: str = "eval"
     """eval: the final table (seeds 0..N-1 of the eval split); train: for choosing settings, train-split
@@ -348,13 +352,25 @@ def check_stages(cfg: QuickstartConfig) -> None:
     sections: list[tuple[str, type, str | None, dict[str, Any]]] = [
         ("openings", SFTRunConfig, cfg.openings_config, cfg.openings), ("sft", SFTRunConfig, cfg.sft_config, cfg.sft),
         ("grpo", GRPORunConfig, cfg.grpo_config, cfg.grpo), ("dagger.sft", SFTRunConfig, cfg.dagger.config, cfg.dagger.sft)]
-    for name, cls, path, over in sections:
-        if path is None:
-            continue
-        try:
-            load_config(cls, path, over)
-        except RhythmError as err:
-            raise RhythmError(f"quickstart {name}: {str(err).removeprefix('command line: ')}") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        teacher = Path(tmp) / "teacher.jsonl"  # stands in for the teacher weeks, played by the first stage
+        teacher.touch()
+        for name, cls, path, over in sections:
+            if path is None:
+                continue
+            try:
+                stage = load_config(cls, path, over)
+                # the stage's own checks, on what the quickstart sets: its data, its folder and (GRPO) its start
+                stage = replace(stage, output_dir=str(Path(tmp) / name),
+                                data=str(teacher) if cls is SFTRunConfig or data_paths(stage) else stage.data)
+                if cls is GRPORunConfig:
+                    validate_grpo(replace(stage, adapter=None, model_name_or_path=str(Path(tmp) / "sft")))
+                else:
+                    validate_sft(stage)
+            except RhythmError as err:
+                raise RhythmError(f"quickstart {name}: {str(err).removeprefix('command line: ')}") from None
+    if cfg.dagger.config is not None:
+        parse_seeds(cfg.dagger.seeds)
     for ref in cfg.references:
         check_agent_spec(ref)
     unknown = [c for c in cfg.eval_episodes if c not in CONDITIONS]

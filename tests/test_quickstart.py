@@ -412,6 +412,11 @@ def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when
     ({"sft": {"learning_rate": -1}}, "quickstart sft: learning_rate=-1"),
     ({"references": ["wizard"]}, "unknown agent 'wizard'"),
     ({"eval_episodes": {"sideways": 3}}, "eval_episodes takes a positive count"),
+    # the stages' own rules, not only their keys (each of these failed after the teacher and SFT stages)
+    ({"grpo": {**MINI["grpo"], "mode": "step"}}, "quickstart grpo: reward branch_score is the score of the week"),
+    ({"grpo": {**MINI["grpo"], "reward_weights": [1.0, 2.0]}}, "quickstart grpo: reward_weights has 2 values for 1"),
+    ({"sft": {**MINI["sft"], "val_fraction": 1.0}}, "quickstart sft: val_fraction=1.0"),
+    ({"dagger": DaggerStage(config="configs/sft-tiny-dagger.yaml", seeds="5512-x")}, "malformed seed range '5512-x'"),
 ])
 def test_every_stages_settings_are_checked_before_the_first_stage(tmp_path: Path, over, needle) -> None:
     """A bad key for a late stage stops the run at once, not after the teacher and SFT stages (minutes)."""

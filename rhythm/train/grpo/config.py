@@ -31,7 +31,7 @@ class StepMode:
 
     every_k_steps: Positive = 1
     """Keep every k-th step of each episode (seeded offset per episode)."""
-    max_prompts: int | None = None
+    max_prompts: Positive | None = None
     """At most this many prompts, a seeded random subset (None = all)."""
     strip_reasoning: bool = False
     """Earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
