@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 from rhythm.errors import RhythmError
-from rhythm.records import JsonlWriter, done_keys, iter_jsonl, read_episodes, repair_torn_tail
+from rhythm.records import SCHEMA_VERSION, JsonlWriter, done_keys, iter_jsonl, read_episodes, repair_torn_tail
 from rhythm.seeds import format_seeds, parse_seeds
 
 
@@ -50,8 +51,9 @@ def test_format_then_parse_round_trips(seeds: set[int]) -> None:
 
 
 def _rec(seed: int) -> dict:
-    return {"schema": 1, "env_version": "rhythm-v1", "condition": "in-dist", "split": "train", "seed": seed,
-            "agent": "x", "steps": [{"t": 0, "action": "NAP", "response": "ACTION: NAP", "observation": "o"}], "score": {}}
+    return {"schema": SCHEMA_VERSION, "protocol": PROTOCOL_VERSION, "env_version": ENV_VERSION, "condition": "in-dist",
+            "split": "train", "seed": seed, "agent": "x",
+            "steps": [{"t": 0, "action": "NAP", "response": "ACTION: NAP", "observation": "o"}], "score": {}}
 
 
 def test_writer_emits_whole_lines_and_resume_repairs_a_torn_tail(tmp_path: Path) -> None:

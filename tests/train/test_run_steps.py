@@ -212,10 +212,14 @@ def test_overwriting_refuses_to_delete_the_runs_own_inputs(tmp_path: Path) -> No
     fine = SFTRunConfig(data=str(tmp_path / "x.jsonl"), model_name_or_path="rhythm-tiny", output_dir=str(run),
                         overwrite_output_dir=True)
     validate(fine)
-    for inputs in ({"model_name_or_path": str(run)}, {"data": f"{tmp_path / 'x.jsonl'},{run / 'teacher.jsonl'}"}):
+    (run / "model").mkdir()
+    for inputs in ({"model_name_or_path": str(run / "model")}, {"data": f"{tmp_path / 'x.jsonl'},{run / 'teacher.jsonl'}"}):
         with pytest.raises(RhythmError, match=r"overwrite_output_dir would delete .*, an input of this run inside output_dir"):
             validate(dataclasses.replace(fine, **inputs))
         validate(dataclasses.replace(fine, **inputs, overwrite_output_dir=False))  # then nothing is deleted
+    for overwrite in (True, False):  # the model trained over in place: refused either way
+        with pytest.raises(RhythmError, match=r"output_dir .*run is also an input of this run"):
+            validate(dataclasses.replace(fine, model_name_or_path=str(run), overwrite_output_dir=overwrite))
     assert (run / "teacher.jsonl").exists() and (run / "checkpoint-2").exists()
 
 
