@@ -61,6 +61,8 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "learning_rate=fast"], "learning_rate='fast' is not a valid float"),
         (["--set", "top_p=5"], "top_p=5.0: input should be less than or equal to 1"),
         (["--set", "reward_weights=[1, 1, .nan]"], "reward_weights must be finite numbers"),
+        (["--set", "reward_funcs=[format,belief,format]"], "reward_funcs names one reward twice"),
+        (["--set", "step.generation_batch_size=64"], "step.generation_batch_size (64) spans more than one optimizer step (16 completions"),
         (["--max-steps", "0"], "max_steps must be positive or -1"),
         (["--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
         (["--flavor", "a10g-large", "--set", "hub_model_id=me/x", "--set", "jobs.data_repo=me/d"], "a job cannot read the local adapter"),
@@ -159,11 +161,25 @@ def test_shipped_configs_make_valid_trl_configs(name, tmp_path, teacher):
     args = grpo_config(cfg, resolve_precision(cfg, cuda=False))
     assert args.bf16 is False and args.gradient_checkpointing is False and args.num_generations == cfg.num_generations
     assert args.generation_batch_size % args.num_generations == 0 and args.reward_weights == cfg.reward_weights
+    assert args.disable_dropout  # greedy continuations, pairs, probe and anchor read the policy as eval plays it
     if cfg.mode == "episode":  # one batch of whole weeks per optimizer step, rows kept in order
         assert args.generation_batch_size == episode_batch(cfg) == args.per_device_train_batch_size * args.gradient_accumulation_steps
         assert args.shuffle_dataset is False
     else:
         assert args.shuffle_dataset is True
+
+
+def test_branch_mode_keeps_one_row_a_prompt():
+    """TRL hands the rollout prompts alone, and a branch is played for the person its prompt names: a row whose prompt
+    reads exactly as an earlier one's (two people's first steps, the start meters to two decimals) is left out, said."""
+    from rhythm.train.grpo.trainer import _unique_prompts
+
+    said: list[str] = []
+    rows = [{"prompt": [{"role": "user", "content": text}], "seed": seed} for seed, text in ((10, "a"), (695, "a"), (3, "b"))]
+    assert [r["seed"] for r in _unique_prompts(rows, said.append)] == [10, 3]
+    assert said == ["branch mode: 1 prompts left out: each reads exactly as another person's, and a branch is played "
+                    "for the person its prompt names"]
+    assert _unique_prompts(rows[::2], said.append) == rows[::2] and len(said) == 1
 
 
 def test_rows_are_assigned_to_weeks_in_arrival_order():

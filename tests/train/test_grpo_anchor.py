@@ -35,3 +35,33 @@ def test_anchor_is_zero_at_the_start_and_is_the_forward_kl_once_moved(prompts, s
     kl.backward()
     assert model.lm_head.weight.grad is not None and float(model.lm_head.weight.grad.abs().sum()) > 0
     assert Anchor(prompts, tokenizer, 16, [tokenizer.eos_token_id], per_step=99, seed=0).per_step == len(prompts)
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 4])
+def test_the_anchor_weighs_its_kl_once_per_optimizer_step_whatever_the_accumulation(accumulation):
+    """TRL's GRPO loss comes as each micro-batch's share of the step (transformers does not divide it again): a KL
+    added whole to every micro-batch weighed ``anchor_weight`` x the accumulation steps (20 for 5 at 4)."""
+    from collections import defaultdict
+
+    import torch
+
+    from rhythm.train.grpo.anchor import anchored
+
+    class StepShare:  # TRL's side: each micro-batch's loss is its share of the step's
+        loss_is_scaled_for_ga = True
+
+        def __init__(self) -> None:
+            self.current_gradient_accumulation_steps = accumulation
+            self._metrics = {"train": defaultdict(list)}
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return torch.tensor(1.0 / accumulation)
+
+    class FixedKL:
+        def kl(self, model):
+            return torch.tensor(0.5)
+
+    trainer, model = anchored(StepShare, FixedKL(), 5.0)(), torch.nn.Linear(1, 1)
+    step = sum(trainer.compute_loss(model, {}) for _ in range(accumulation))
+    assert float(step) == pytest.approx(1.0 + 5.0 * 0.5)
+    assert trainer._metrics["train"]["anchor/kl"] == [0.5] * accumulation

@@ -61,6 +61,8 @@ def anchored(trainer_cls: type, anchor: Anchor, weight: float) -> type:
                 return loss
             kl = anchor.kl(model)
             self._metrics["train"]["anchor/kl"].append(float(kl.detach()))
-            return loss + weight * kl
+            # TRL's loss comes as this micro-batch's share of the step (``loss_is_scaled_for_ga``: transformers does not
+            # divide it again), so the KL takes its share too: ``weight`` per optimizer step, whatever the accumulation
+            return loss + weight * kl / max(1, getattr(self, "current_gradient_accumulation_steps", 1))
 
     return AnchoredTrainer

@@ -199,6 +199,8 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"unknown reward function(s) {', '.join(unknown)}; expected {', '.join(REWARD_FUNCS)}")
     if not cfg.reward_funcs:
         raise RhythmError("reward_funcs is empty; name at least one of " + ", ".join(REWARD_FUNCS))
+    if len(set(cfg.reward_funcs)) < len(cfg.reward_funcs):
+        raise RhythmError(f"reward_funcs names one reward twice ({', '.join(cfg.reward_funcs)}); weigh it with reward_weights")
     needed = {"branch": "branch_score", "episode": "final_score"}.get(cfg.mode)
     if needed is not None and needed not in cfg.reward_funcs:
         raise RhythmError(f"mode={cfg.mode} rewards a reply with {needed}, which reward_funcs lacks "
@@ -234,6 +236,11 @@ def validate(cfg: GRPORunConfig) -> None:
         if step.generation_batch_size is not None and step.generation_batch_size % cfg.per_device_train_batch_size:
             raise RhythmError(f"step.generation_batch_size ({step.generation_batch_size}) must be divisible by "
                               f"per_device_train_batch_size ({cfg.per_device_train_batch_size})")
+        one_step = cfg.per_device_train_batch_size * step.gradient_accumulation_steps * run_processes(cfg)
+        if step.generation_batch_size is not None and step.generation_batch_size > one_step:
+            raise RhythmError(f"step.generation_batch_size ({step.generation_batch_size}) spans more than one optimizer "
+                              f"step ({one_step} completions: per_device_train_batch_size x step.gradient_accumulation_steps"
+                              " x processes); the reward log, groups_without_spread and the probe are per step")
     elif cfg.episode.episodes_per_step % (processes := run_processes(cfg)):
         where = f"a job on {cfg.jobs.flavor}" if cfg.jobs.flavor else "a launcher"
         raise RhythmError(f"episode mode under {where} of {processes} processes: each process plays whole people, "

@@ -79,7 +79,7 @@ from rhythm.train.common import (
     write_summary,
 )
 from rhythm.train.grpo.anchor import Anchor, anchored
-from rhythm.train.grpo.branch import make_branch_rollout, restore_challengers
+from rhythm.train.grpo.branch import make_branch_rollout, prompt_key, restore_challengers
 from rhythm.train.grpo.config import GRPORunConfig, episode_batch, has_rollouts, step_generation_batch, validate
 from rhythm.train.grpo.data import (
     PromptOptions,
@@ -183,6 +183,9 @@ def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = Fals
     try:
         return GRPOConfig(
             **trainer_args(cfg, resolved, quiet),
+            # no dropout (a LoRA adapter's): the greedy continuations, the pairs' ranking, the probe and the anchor's
+            # KL read the policy as eval plays it, and the loss's log-probabilities are the ones that were sampled
+            disable_dropout=True,
             gradient_accumulation_steps=accumulation,
             generation_batch_size=generation_batch_size,
             num_generations=cfg.num_generations,
@@ -266,6 +269,8 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         say(f"branch.group=pair: {len(rows)} prompts before the last step")
         if not rows:
             raise RhythmError("branch.group=pair needs states before the last step; the prompts hold none")
+    if cfg.mode == "branch":  # TRL hands the rollout prompts alone: two people whose prompts read alike (at t=0, the
+        rows = _unique_prompts(rows, say)  # start meters to two decimals) would both be played as one of them
     train_rows, named = rows, None
     if cfg.mode == "branch" and cfg.branch.challenger == "restore":
         named = restore_challengers(rows, cfg.branch.restore_below)
@@ -317,6 +322,16 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if anchor is not None and resume is not None:
         anchor.skip(checkpoint_step(resume) * trainer.args.gradient_accumulation_steps)
     return GRPORun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, rewards, resume, source)
+
+
+def _unique_prompts(rows: list[dict[str, Any]], say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """``rows`` less those whose prompt another row has already (branch mode finds a state by its prompt), counted."""
+    seen: set[bytes] = set()
+    unique = [r for r in rows if not ((key := prompt_key(r["prompt"])) in seen or seen.add(key))]
+    if len(unique) < len(rows):
+        say(f"branch mode: {len(rows) - len(unique)} prompts left out: each reads exactly as another person's, and a "
+            "branch is played for the person its prompt names")
+    return unique
 
 
 def _check_enough(cfg: GRPORunConfig, train_rows: list[dict[str, Any]]) -> None:
