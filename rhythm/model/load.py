@@ -18,7 +18,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from annotated_types import Gt, Interval
 
 from rhythm.errors import RhythmError
 from rhythm.provenance import file_digest
@@ -43,8 +45,10 @@ class ModelOptions:
     do_sample: bool = False
     """Greedy by default; set true (with temperature/top_p) to sample. Sampled weeks repeat for the same seeds and
     ``batch_size``, not across them: one generator draws for a whole batch, so which weeks share it matters."""
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: Annotated[float, Gt(0)] = 1.0
+    """Sampling temperature (do_sample)."""
+    top_p: Annotated[float, Interval(gt=0, le=1)] = 1.0
+    """Nucleus sampling: the smallest set of tokens holding this much probability (do_sample)."""
     device: str = "auto"
     """auto: cuda if available, else mps, else cpu."""
     dtype: str = "auto"
@@ -83,8 +87,10 @@ def pick_device(requested: str = "auto") -> str:
         raise RhythmError(f"device {requested!r} requested but CUDA is not available; use --set model.device=cpu")
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise RhythmError(f"device {requested!r} requested but MPS is not available; use --set model.device=cpu")
+    if kind == "xpu" and not (getattr(torch, "xpu", None) and torch.xpu.is_available()):
+        raise RhythmError(f"device {requested!r} requested but no Intel XPU is available; use --set model.device=cpu")
     if kind not in ("cpu", "cuda", "mps", "xpu"):
-        raise RhythmError(f"unknown device {requested!r}; expected auto, cpu, cuda, cuda:N or mps")
+        raise RhythmError(f"unknown device {requested!r}; expected auto, cpu, cuda, cuda:N, mps or xpu")
     return requested
 
 
@@ -206,6 +212,11 @@ def no_loading_bars() -> Iterator[None]:
         hf_logging.set_tqdm_hook(previous)
 
 
+def _home(name: str) -> str:
+    """``~/...`` as the folder it names (a shell leaves ``model:~/x`` as it is, YAML too); anything else as it is."""
+    return str(Path(name).expanduser()) if name.startswith("~") else name
+
+
 def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] = str) -> tuple[Any, Any, ModelSource]:
     """Load ``(model, tokenizer, source)`` for ``model:PATH``: full model or LoRA adapter on its base.
     ``resolve`` maps a model name (PATH, an adapter's base) to what ``from_pretrained`` loads."""
@@ -214,7 +225,7 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
 
     if not path:
         raise RhythmError("model agent needs a path or Hub id, e.g. model:runs/sft/adapter or model:rhythm-tiny")
-    resolved = resolve(path)
+    resolved = _home(resolve(path))
     check_model_exists(resolved)
     device = pick_device(options.device)
     dtype = pick_dtype(options.dtype, device)
@@ -224,7 +235,7 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
         named = options.base_model or adapter.get("base_model_name_or_path")
         if not named:
             raise RhythmError(f"{path}: adapter names no base model; pass --set model.base_model=NAME")
-        base = resolve(named)
+        base = _home(resolve(named))
         check_model_exists(base, f"base model of the adapter {path}")
     elif options.base_model:
         raise RhythmError(f"{path} is not a LoRA adapter (no {ADAPTER_CONFIG}), so model.base_model does not apply")

@@ -169,6 +169,8 @@ class LockstepChat:
             keep = sorted_p.cumsum(dim=-1) - sorted_p < self.top_p
             sorted_p = sorted_p * keep
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        if generator is not None and generator.device != probs.device:  # a CPU generator beside GPU logits: draw on
+            return torch.multinomial(probs.float().cpu(), 1, generator=generator).squeeze(-1).to(probs.device)  # its side
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
     def step(self, conversations: Sequence[list[dict[str, str]]], *, generator: Any = None) -> list[Turn]:

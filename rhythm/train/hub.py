@@ -15,7 +15,8 @@ on, so an upload that raced another one fails instead of writing a card that mis
 
 A 429 or 5xx (the Hub busy for a moment) is tried again, up to :data:`HUB_ATTEMPTS` times, waiting what its
 ``Retry-After`` says. A directory is uploaded as its contents at the repo root (``checkpoint-*`` folders and
-hidden files skipped), into a model repo only: a trained model's folder is refused for a dataset; a file goes
+hidden files skipped), into a model repo only: a folder is refused for a dataset (its card covers the episode
+files named, each checked); a file goes
 to the root under its own name, with its ``<file>.config.yaml`` sidecar (written by ``rhythm generate``)
 when there is one. The token comes from ``HF_TOKEN`` or ``hf auth login``; the endpoint from
 ``HF_ENDPOINT``.
@@ -202,6 +203,7 @@ def episode_stats(paths: Sequence[str | Path]) -> dict[str, Any]:
         "mean_final_score": mean(finals),
         "mean_final_score_v2": mean(finals_v2),
         "mean_belief_mae": mean(maes),
+        "valued": {"mean_final_score": len(finals), "mean_final_score_v2": len(finals_v2), "mean_belief_mae": len(maes)},
         "cost_usd": round(cost, 4),
         "cost_unknown": cost_unknown,
         "prompt_tokens": int(usage.get("prompt_tokens", 0)),
@@ -335,8 +337,8 @@ def episode_stats_merge(stats: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in s["seeds"].items():
             out["seeds"][k] = v if k not in out["seeds"] else f"{out['seeds'][k]},{v}"
         for k in weighted:
-            if s[k] is not None:
-                weighted[k].append((s[k], s["episodes"]))
+            if s[k] is not None:  # weighed by the weeks that have the value (a week may state no belief)
+                weighted[k].append((s[k], s.get("valued", {}).get(k, s["episodes"])))
         if s["created"]:
             lo, hi = s["created"]
             out["created"] = [min(lo, out["created"][0]), max(hi, out["created"][1])] if out["created"] else [lo, hi]
@@ -472,6 +474,10 @@ def upload(
             if any((folder / name).is_file() for name in MODEL_FILES) or any(folder.glob("*_summary.json")):
                 raise RhythmError(f"{folder} holds a trained model (a training run's folder); upload it to a model "
                                   "repo: --repo-type model")
+            # its files would go up unread: the card (and its data_files) covers the episode files named, and a broken
+            # one must fail here, not on the Hub
+            raise RhythmError(f"{folder} is a folder; a dataset repo takes episode files: name them "
+                              f"(--files {folder}/*.jsonl), or upload the folder to a model repo (--repo-type model)")
     notes = [note for folder in folders if (note := local_base_note(folder))]
     readme: str | None = None
     new_stats = {p.name: episode_stats([p]) for p in jsonl} if card and repo_type == "dataset" else {}  # bad data fails here

@@ -399,6 +399,40 @@ def test_a_model_whose_weights_were_cut_short_is_one_line(tiny_student: Path, tm
         load_model(str(copy), ModelOptions(device="cpu"))
 
 
+def test_a_model_under_home_written_with_a_tilde_loads(tiny_student: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shell leaves ``model:~/x`` as typed (and YAML too): the folder loads, as every other check already read it,
+    instead of being sent to the Hub as a repo id."""
+    from rhythm.model.load import load_model
+
+    shutil.copytree(tiny_student, tmp_path / "student")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    model, _, source = load_model("~/student", ModelOptions(device="cpu"))
+    assert source.base == str(tmp_path / "student") and model.config.model_type == "qwen2"
+
+
+@pytest.mark.parametrize("setting, needle", [("model.top_p=0", "model.top_p=0.0: input should be greater than 0"),
+                                             ("model.temperature=-1", "model.temperature=-1.0: input should be greater than 0")])
+def test_sampling_settings_outside_their_range_are_one_line(setting: str, needle: str) -> None:
+    """top_p 0 kept no token and crashed the first sampled step (a torch traceback)."""
+    from rhythm.config import load_config
+
+    with pytest.raises(RhythmError, match=needle):
+        load_config(EvalConfig, None, [setting])
+
+
+def test_a_device_this_machine_lacks_is_one_line() -> None:
+    import torch
+
+    from rhythm.model.load import pick_device
+
+    if getattr(torch, "xpu", None) is None or not torch.xpu.is_available():
+        with pytest.raises(RhythmError, match="no Intel XPU is available"):
+            pick_device("xpu")
+    with pytest.raises(RhythmError, match="unknown device 'tpu'"):
+        pick_device("tpu")
+
+
 def test_act_answers_every_live_episode(tiny_agent) -> None:
     import numpy as np
 

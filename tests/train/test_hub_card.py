@@ -55,3 +55,20 @@ def test_the_card_never_shows_an_unknown_cost_as_zero(tmp_path: Path, bayes: lis
     assert "| cost | unknown (1800 prompt" in dataset_card("me/d", {"unpriced.jsonl": files["unpriced.jsonl"]})
     assert "| cost | $0.00 (" in dataset_card("me/d", {"bayes.jsonl": files["bayes.jsonl"]})
 
+
+
+def test_the_cards_means_over_several_files_are_the_means_over_their_weeks(tmp_path: Path, bayes: list[dict]) -> None:
+    """A file whose weeks mostly state no belief weighed its one belief error by all its weeks: the same weeks gave
+    one mean belief MAE as one file and another as two. Each mean is over the weeks that have the value, however
+    the weeks are split into files."""
+    from rhythm.train.hub import episode_stats_merge
+
+    silent = [{**week, "seed": 40 + i, "score": {**week["score"], "belief_mae": None if i else 0.4}}
+              for i, week in enumerate([bayes[0]] * 4)]
+    one = episode_stats([_write(tmp_path / "all.jsonl", [*bayes, *silent])])
+    two = episode_stats_merge([episode_stats([_write(tmp_path / "a.jsonl", bayes)]),
+                               episode_stats([_write(tmp_path / "b.jsonl", silent)])])
+    maes = [w["score"]["belief_mae"] for w in [*bayes, *silent] if w["score"]["belief_mae"] is not None]
+    assert one["mean_belief_mae"] == pytest.approx(sum(maes) / len(maes), abs=1e-4)
+    assert two["mean_belief_mae"] == pytest.approx(one["mean_belief_mae"], abs=1e-4)
+    assert two["mean_final_score"] == pytest.approx(one["mean_final_score"], abs=1e-4)
