@@ -123,8 +123,8 @@ async def play_episode(
         try:
             reply = await ask(client, messages)
         except EpisodeAPIError as err:
-            spent = episode_usage([s.usage for s in steps])  # the steps before it (at step 0: none, the keys as 0)
-            raise EpisodeFailed(err, t, {**dict.fromkeys(NO_STEP.usage(), 0), **spent}) from None
+            # what the steps before it spent, with every key of a step's usage (at step 0 all of them 0)
+            raise EpisodeFailed(err, t, episode_usage([NO_STEP.usage(), *(s.usage for s in steps)])) from None
         _, reward, _, _, info = env.step(reply.parsed.action)
         episode_return += reward
         crashes += info["crashes"]

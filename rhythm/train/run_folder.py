@@ -41,8 +41,7 @@ def claim_output_dir(cfg: Any, stage: str) -> tuple[Path, str | None]:
                               "pass overwrite_output_dir=true, or choose another output_dir")
         if is_main_process():  # under a launcher one process moves it (all at once raced each other's moves);
             aside.mkdir()  # the others write nothing there before the first step, which waits for this one
-            for entry in out.iterdir():
-                entry.rename(aside / entry.name)
+            _move_entries(out, aside)
     out.mkdir(parents=True, exist_ok=True)
     return out, resume
 
@@ -61,9 +60,14 @@ def put_back_overwritten(output_dir: str | Path) -> None:
     if aside.is_dir() and is_main_process():
         out = Path(output_dir)
         empty_folder(out)
-        for entry in aside.iterdir():
-            entry.rename(out / entry.name)
+        _move_entries(aside, out)
         aside.rmdir()
+
+
+def _move_entries(source: Path, target: Path) -> None:
+    """Every entry of ``source`` renamed into ``target`` (one filesystem: beside each other, nothing is copied)."""
+    for entry in source.iterdir():
+        entry.rename(target / entry.name)
 
 
 def empty_folder(folder: Path, keep: Collection[str] = ()) -> None:

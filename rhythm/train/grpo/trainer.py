@@ -326,8 +326,10 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
 
 def _unique_prompts(rows: list[dict[str, Any]], say: Callable[[str], None]) -> list[dict[str, Any]]:
     """``rows`` less those whose prompt another row has already (branch mode finds a state by its prompt), counted."""
-    seen: set[bytes] = set()
-    unique = [r for r in rows if not ((key := prompt_key(r["prompt"])) in seen or seen.add(key))]
+    by_prompt: dict[bytes, dict[str, Any]] = {}
+    for row in rows:
+        by_prompt.setdefault(prompt_key(row["prompt"]), row)  # the first row of each prompt, in the rows' order
+    unique = list(by_prompt.values())
     if len(unique) < len(rows):
         say(f"branch mode: {len(rows) - len(unique)} prompts left out: each reads exactly as another person's, and a "
             "branch is played for the person its prompt names")
