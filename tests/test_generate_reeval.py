@@ -97,6 +97,31 @@ def test_resume_refuses_a_file_made_with_other_settings(tmp_path: Path) -> None:
     assert {(r["condition"], r["split"]) for r in _lines(out)} == {("in-dist", "train"), ("ood", "train")}
 
 
+def test_a_section_the_teacher_does_not_read_leaves_the_hash_and_the_resume_alone(tmp_path: Path) -> None:
+    """``llm.*`` for a CPU teacher (``teacher_options`` for a chat model) makes the same weeks: the same hash, at its
+    defaults the hash every earlier file carries, and a file stamped with the older all-sections hash resumes."""
+    from dataclasses import replace
+
+    from rhythm.model.llm_client import LLMConfig
+    from rhythm.teacher.output import data_hash, full_hash
+
+    out = tmp_path / "t.jsonl"
+    cfg = GenerateConfig(teacher="heuristic", seeds="0-1", output=str(out))
+    odd = replace(cfg, llm=LLMConfig(model="m", temperature=0.3))
+    assert data_hash(cfg) == full_hash(cfg) == data_hash(odd) != full_hash(odd)
+    chat = GenerateConfig(teacher="openai", llm=LLMConfig(model="m"))
+    planner = replace(chat.teacher_options.planner, samples=4)
+    assert data_hash(chat) == data_hash(replace(chat, teacher_options=replace(chat.teacher_options, planner=planner)))
+    assert data_hash(chat) != data_hash(replace(chat, llm=LLMConfig(model="m", temperature=0.3)))
+    generate(odd)
+    assert {r["config_hash"] for r in _lines(out)} == {data_hash(cfg)}
+    assert generate(replace(cfg, seeds="0-2", resume=True)).skipped == 2  # without the llm settings: resumes
+    old = b"".join(orjson.dumps({**r, "config_hash": full_hash(odd)}) + b"\n" for r in _lines(out))
+    out.write_bytes(old)  # a file this command wrote before: its hash covered the llm section
+    assert generate(replace(odd, seeds="0-3", resume=True)).skipped == 3
+    assert [r["seed"] for r in _lines(out)] == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("field, value, shown", [("env_version", "rhythm-v0", "env rhythm-v0, protocol v2"),
                                                    ("protocol", 1, f"env {ENV_VERSION}, protocol v1")])
 def test_resume_refuses_a_file_of_another_env_or_protocol(tmp_path: Path, field: str, value, shown: str) -> None:

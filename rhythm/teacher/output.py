@@ -82,9 +82,24 @@ def canonical(cfg: GenerateConfig) -> GenerateConfig:
 
 
 def data_hash(recorded: GenerateConfig) -> str:
-    """The ``config_hash`` every record of a generate run carries: the teacher and its settings, spelt
-    :func:`canonical`."""
-    return config_hash(canonical(recorded), ignore=HOW_NOT_WHAT)
+    """The ``config_hash`` every record of a generate run carries: the teacher and the settings it reads, spelt
+    :func:`canonical` (:func:`teacher_settings`)."""
+    return config_hash(teacher_settings(canonical(recorded)), ignore=HOW_NOT_WHAT)
+
+
+def teacher_settings(cfg: GenerateConfig) -> GenerateConfig:
+    """``cfg`` with the section its teacher does not read at its defaults: ``llm`` for a CPU teacher (an installed
+    one too: it is given ``teacher_options``), ``teacher_options`` for a chat model. Such a setting makes the same
+    weeks, so it leaves the hash alone; at its defaults the hash is the one every earlier file carries."""
+    if cfg.teacher.partition(":")[0] in PROVIDERS:
+        return replace(cfg, teacher_options=TeacherConfig())
+    return replace(cfg, llm=LLMConfig())
+
+
+def full_hash(recorded: Any) -> str:
+    """The hash files written before :func:`teacher_settings` carry: every section, read or not, so such a file
+    with a setting its teacher ignores still resumes."""
+    return config_hash(canonical(recorded), ignore=HOW_NOT_WHAT) if isinstance(recorded, GenerateConfig) else ""
 
 
 def typed_hash(cfg: GenerateConfig, recorded: Any) -> str:
@@ -110,7 +125,8 @@ def open_output(
     to play and the summary to fill."""
     out_path = None if cfg.output == "-" else Path(cfg.output)
     done = done_keys(out_path) if (cfg.resume and out_path is not None) else {}
-    other = sorted({h for h in done.values() if h not in (chash, typed_hash(cfg, recorded))}, key=str)
+    ours = (chash, typed_hash(cfg, recorded), full_hash(recorded))
+    other = sorted({h for h in done.values() if h not in ours}, key=str)
     if other:
         differs = "" if out_path is None else change_since(sidecar_path(out_path), other, config_dict(recorded), HOW_NOT_WHAT)
         raise RhythmError(f"{cfg.output} holds weeks made with other settings (config_hash {', '.join(map(str, other))}; "
