@@ -12,8 +12,9 @@ A reply is free reasoning that ends with two lines::
     ACTION: DEEP_WORK
 
 :func:`parse_reply` takes the last valid ``ACTION`` and the last valid ``BELIEF`` line anywhere in the
-reply, tolerates case, spacing, markdown emphasis (``**ACTION:** `deep work```), percentages
-(``S=30%`` is 0.30) and extra text, and never raises. A reply with no valid action gets
+reply (the last on a line that names two), tolerates case, spacing, markdown emphasis (``**ACTION:** `deep work```),
+punctuation and text after the action (``ACTION: SLEEP, it is night``), percentages (``S=30%`` is 0.30), decimal
+commas (``S=0,30``) and fractions (``S=1/3``), and never raises. A reply with no valid action gets
 ``FALLBACK_ACTION`` and counts as a parse failure. Teacher data, SFT examples, GRPO prompts and eval
 all go through this module.
 """
@@ -59,10 +60,12 @@ FORMAT_REMINDER: Final[str] = (
 )
 
 _DECORATION = re.compile(r"[*`#>|~]+|(?<![A-Za-z])_+|_+(?![A-Za-z])")
-_ACTION_LINE = re.compile(r"\baction\s*[:=]\s*(.*)", re.IGNORECASE)
+_ACTION_LINE = re.compile(r"\baction\s*[:=\uff1a]\s*(.*)", re.IGNORECASE)
+_ACTION_LABEL = re.compile(r"\baction\s*[:=\uff1a]\s*", re.IGNORECASE)
 _BELIEF_LINE = re.compile(r"\bbelief\s*[:=]?\s*(.*)", re.IGNORECASE)
-_BELIEF_ITEM = re.compile(r"\b([smw])\s*[:=]\s*([+-]?\d*\.?\d+)(\s*%)?", re.IGNORECASE)
-_SEPARATORS = re.compile(r"[\s\-]+")
+_NUMBER = r"[+-]?(?:\d+(?:[.,]\d+)?|[.,]\d+)"  # a decimal comma too: S=0,30 is 0.30, not 0
+_BELIEF_ITEM = re.compile(rf"\b([smw])\s*[:=]\s*({_NUMBER})(?:\s*/\s*({_NUMBER}))?(\s*%)?", re.IGNORECASE)
+_SEPARATORS = re.compile(r"[\s\-\u2010-\u2015]+")
 _ACTIONS_LONGEST_FIRST = sorted(ACTIONS, key=len, reverse=True)
 
 
@@ -138,19 +141,31 @@ def format_ending(belief: tuple[float, float, float] | list[float] | None, actio
 
 
 def _match_action(raw: str) -> int | None:
-    token = _SEPARATORS.sub("_", raw.strip().upper()).strip("_.,;:!?\"'()[]{}")
+    """The action a line's text after ``ACTION:`` names: its first word, whatever punctuation or text follows
+    (``SLEEP, it is night``, ``<SLEEP>``); a longer word (``SLEEPING``) names none."""
+    token = _SEPARATORS.sub("_", raw.strip().upper()).strip("_.,;:!?\"'()[]{}<>\u200b")
     for name in _ACTIONS_LONGEST_FIRST:
-        if token == name or token.startswith(name + "_") or token.startswith(name + "."):
+        if token.startswith(name) and not token[len(name) : len(name) + 1].isalnum():
             return ACTION_INDEX[name]
+    return None
+
+
+def _line_action(line: str) -> int | None:
+    """The last valid action a line names after an ``ACTION:`` label (a reply written on one line may name one
+    earlier, ``Last action: SOCIALIZE ... ACTION: NAP``)."""
+    for label in reversed(list(_ACTION_LABEL.finditer(line))):
+        found = _match_action(line[label.end() :])
+        if found is not None:
+            return found
     return None
 
 
 def _match_belief(raw: str) -> tuple[float, float, float] | None:
     found: dict[str, float] = {}
-    for key, value, percent in _BELIEF_ITEM.findall(raw):
-        try:
-            v = float(value) / (100 if percent else 1)  # S=30% is 0.30, not 30 clipped to 1
-        except ValueError:  # pragma: no cover - the pattern only admits numbers
+    for key, value, over, percent in _BELIEF_ITEM.findall(raw):
+        try:  # S=30% is 0.30, not 30 clipped to 1; S=1/3 is 0.33, not 1
+            v = float(value.replace(",", ".")) / (100 if percent else 1) / (float(over.replace(",", ".")) if over else 1)
+        except (ValueError, ZeroDivisionError):
             continue
         if math.isfinite(v):  # clipped into [0, 1] on either side; the first value of each dimension counts
             found.setdefault(key.upper(), min(1.0, max(0.0, v)))
@@ -187,9 +202,7 @@ def parse_reply(text: object) -> ParsedReply:
     for line in reversed(text.splitlines()):
         clean = _DECORATION.sub(" ", line)
         if action is None:
-            m = _ACTION_LINE.search(clean)
-            if m:
-                action = _match_action(m.group(1))
+            action = _line_action(clean)
         if belief is None:
             m = _BELIEF_LINE.search(clean)
             if m:

@@ -156,6 +156,19 @@ def test_generate_pipes_into_reeval(tmp_path: Path) -> None:
     assert group["final_score"]["mean"] > group["baselines"]["heuristic"]["final_score"]["mean"]
 
 
+def test_reeval_of_the_same_weeks_in_another_order_gives_the_same_intervals(tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-9", output=str(out)))
+    backwards = tmp_path / "backwards.jsonl"
+    backwards.write_bytes(b"".join(reversed(out.read_bytes().splitlines(keepends=True))))
+    groups = []
+    for path in (out, backwards):
+        summary = tmp_path / f"{path.stem}.json"
+        assert run_cli("reeval", "--jsonl", str(path), "--output", str(summary), "--quiet", "--set", "baselines=[]")[0] == 0
+        groups.append(orjson.loads(summary.read_bytes())["groups"])
+    assert groups[0] == groups[1] and groups[0][0]["final_score"]["ci95"][0] < groups[0][0]["final_score"]["mean"]
+
+
 def test_reeval_flags_a_tampered_record(tmp_path: Path, run_cli) -> None:
     out = tmp_path / "t.jsonl"
     generate(GenerateConfig(seeds="0-2", output=str(out)))

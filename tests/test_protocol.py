@@ -42,6 +42,23 @@ def act(name: str) -> int:
         ("> ACTION:   admin  ", "ADMIN", None),
         ("BELIEF: S=30% M=70% W=55%\nACTION: NAP", "NAP", (0.30, 0.70, 0.55)),  # a percentage, not 30 clipped to 1
         ("BELIEF: S=30 % M=0.7 W=150%\nACTION: NAP", "NAP", (0.30, 0.70, 1.0)),
+        # punctuation and text after the name, as chat models write it
+        ("ACTION: DEEP_WORK, since cognition is high", "DEEP_WORK", None),
+        ("ACTION: SLEEP; it is night", "SLEEP", None),
+        ("ACTION: SLEEP: it is night", "SLEEP", None),
+        ("ACTION: <SLEEP>", "SLEEP", None),  # the system prompt's own ACTION: <one action name>, copied
+        ("ACTION: NAP\u200b", "NAP", None),
+        ("ACTION: DEEP\u2013WORK", "DEEP_WORK", None),
+        ("ACTION\uff1a SLEEP", "SLEEP", None),
+        # an earlier mention of an action loses to the reply's own ACTION line, on another line or on the same one
+        ("Previous action: SOCIALIZE drained them.\nBELIEF: S=0.3 M=0.7 W=0.55\nACTION: SLEEP, it is night", "SLEEP", (0.3, 0.7, 0.55)),
+        ("Last action: SOCIALIZE drained V, so rest. BELIEF: S=0.2 M=0.6 W=0.5 ACTION: NAP", "NAP", (0.2, 0.6, 0.5)),
+        ("ACTION: NAP then ACTION: PARTY_HARD", "NAP", None),  # the last *valid* one on a line, too
+        # decimal commas and fractions are read as the numbers they are, not as their integer part
+        ("BELIEF: S=0,30 M=0,70 W=0,55\nACTION: NAP", "NAP", (0.30, 0.70, 0.55)),
+        ("BELIEF: S = 0.30, M = 0.70, W = 0.55\nACTION: NAP", "NAP", (0.30, 0.70, 0.55)),
+        ("BELIEF: S=1/3 M=2 / 4 W=1/0\nACTION: NAP", "NAP", None),  # W's 1/0 is no number: no belief
+        ("BELIEF: S=1/3 M=2 / 4 W=0.5\nACTION: NAP", "NAP", (1 / 3, 0.5, 0.5)),
     ],
 )
 def test_parses_tolerant_forms(text, action, belief) -> None:
@@ -50,7 +67,8 @@ def test_parses_tolerant_forms(text, action, belief) -> None:
     assert r.belief == (None if belief is None else pytest.approx(belief))
 
 
-@pytest.mark.parametrize("text", ["", "no decision here", "ACTION: SLEEPING", "ACTION:", "ACTIONS: NAP", "action DEEP_WORK", None, 42])
+@pytest.mark.parametrize("text", ["", "no decision here", "ACTION: SLEEPING", "ACTION:", "ACTIONS: NAP", "action DEEP_WORK", None, 42,
+                                  "ACTION: NAP2", "ACTION: SLEEPY, it is late", "Last action: NAPPING ACTION: RESTING"])
 def test_unparseable_replies_fall_back_and_count(text) -> None:
     r = parse_reply(text)
     assert not r.ok and r.action == act(FALLBACK_ACTION)

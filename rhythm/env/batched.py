@@ -3,7 +3,8 @@
 Used by the baselines, the teachers, the eval runner, GRPO rewards and the benchmarks. All episodes
 start together and end together after 28 steps; there is no autoreset (call ``reset`` again), unless it is
 built with ``autoreset=True`` (Gymnasium's next-step autoreset, for RL loops and vector wrappers that need it).
-``snapshot``/``restore`` copy the full state, so a state can be branched and replayed exactly.
+``snapshot``/``restore`` copy the state a step reads (the step, meters, last action and its change), so a state can be
+branched and replayed exactly within the same reset; the people and their noise are the reset's, not the snapshot's.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from rhythm.env.rhythm_env import OBS_SIZE, OBSERVATION_SPACE
 
 @dataclass
 class BatchState:
-    """Everything that determines the future of a batch of episodes (copy it to branch)."""
+    """What a step reads of a batch of episodes besides who they are (the reset's seeds, profiles and noise): copy it
+    to branch a week within the same reset."""
 
     t: int
     meters: np.ndarray
@@ -67,8 +69,9 @@ class BatchedRhythmEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.DISABLED, "render_modes": ["ansi", "rgb_array"],
                 "env_version": ENV_VERSION}
 
-    def __init__(self, condition: str = "in-dist", split: str = "train", num_envs: int = 1, seed: int = 0,
+    def __init__(self, condition: str = "in-dist", split: str = "train", num_envs: int = 1, seed: int | None = 0,
                  autoreset: bool = False, render_mode: str | None = None):
+        seed = 0 if seed is None else seed  # gymnasium.make_vec(..., seed=None), as gymnasium.make takes it
         sample_profiles(condition, split, np.zeros(1, dtype=np.int64))  # validates both names
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -111,7 +114,11 @@ class BatchedRhythmEnv(VectorEnv):
         if "seed" in options and "seeds" in options:
             raise ValueError("give the reset option 'seeds' or 'seed', not both")
         if seed is None:
-            seed = options.get("seeds", options.get("seed", self._next_seed))
+            seed = options.get("seeds", options.get("seed"))
+        if seed is None and "future" in options:  # the next people have no week yet to play another future of
+            raise ValueError("the reset option 'future' replays given weeks: pass their seeds (seed= or options seeds)")
+        if seed is None:
+            seed = self._next_seed
         raw = np.asarray(seed)
         span = self.num_envs - 1 if raw.ndim == 0 else 0  # an int s plays s .. s + num_envs - 1
         if raw.dtype.kind not in "iu" or raw.ndim > 1 or (raw < 0).any() or (raw > MAX_SEED - span).any():
@@ -188,7 +195,8 @@ class BatchedRhythmEnv(VectorEnv):
         return tuple(render_observation(s.t, m, int(a), d, x) for m, a, d, x in zip(s.meters, s.last_action, s.delta, s.anomaly))
 
     def snapshot(self) -> BatchState:
-        """A copy of the current state; :meth:`restore` it to replay from here."""
+        """A copy of the current state; :meth:`restore` it to replay from here, with the same people (a reset in
+        between meets other people, whom the restored meters would then continue)."""
         if self.state is None:
             raise RuntimeError("call reset() first")
         return self.state.copy()

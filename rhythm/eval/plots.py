@@ -271,10 +271,12 @@ def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[
     """Per condition: ``(errors, prior_errors)`` from ``(where, record)`` pairs; errors is (episodes,
     EPISODE_STEPS) with NaN where the step stated no belief; prior_errors is (episodes,), the constant
     prior guess's MAE against the same people. The true belief is this env's, so weeks of another env version (other
-    people under the same seeds) are refused, as is a person twice (counted twice, the intervals would narrow)."""
+    people under the same seeds) are refused, as is a person twice (counted twice, the intervals would narrow). The
+    weeks are taken in (split, seed) order, as eval writes them: the same weeks in another order (files concatenated
+    the other way round) give the same intervals."""
     out: dict[str, tuple[list[np.ndarray], list[float]]] = {}
     seen: set[tuple[str, str, int]] = set()
-    for where, rec in records:
+    for where, rec in sorted(records, key=lambda item: (item[1]["split"], item[1]["seed"])):  # checked by the readers
         cond = rec["condition"]
         truth = week_truth(rec, where)
         person = (cond, rec["split"], int(rec["seed"]))

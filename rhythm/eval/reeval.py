@@ -175,7 +175,7 @@ def reeval(cfg: ReevalConfig, progress_factory: Callable[[str, int], ProgressFn]
     scored_steps = sum(EPISODE_STEPS for r in replayed if r.score)
     baseline_bars = {name: bar(name, scored_steps) for name in cfg.baselines}
     for (condition, split, agent), rs in sorted(groups.items()):
-        scored = [r for r in rs if r.score]
+        scored = sorted((r for r in rs if r.score), key=lambda r: r.seed)  # seed order: one interval whatever the file's order
         seeds = [r.seed for r in scored]
         row: dict[str, Any] = {
             "condition": condition,

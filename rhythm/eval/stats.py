@@ -1,8 +1,8 @@
 """Statistics for reports: means with seeded bootstrap 95% confidence intervals, and paired win rates.
 
 Every interval a report, a table or a plot shows comes from :func:`bootstrap_ci`: ``scipy.stats.bootstrap``
-(BCa, 9,999 resamples) with a fixed seed, so the same episodes always give the same interval, byte for
-byte.
+(BCa, 9,999 resamples) with a fixed seed, so the same episodes in the same order always give the same interval,
+byte for byte; the readers put them in seed order (eval writes them so), so a file's order does not move it.
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ def week_replies(steps: list[dict[str, Any]], options: DataOptions, where: str) 
             return [], PARSE_FAILURE
         if options.strip_reasoning and parsed.belief is None:
             return [], NO_BELIEF
-        replies.append(format_ending(parsed.belief, parsed.action) if options.strip_reasoning else response)
+        # the action the week played (a parser of another version may read the reply otherwise)
+        replies.append(format_ending(parsed.belief, step["action"]) if options.strip_reasoning else response)
     return replies, None
 
 

@@ -96,3 +96,13 @@ def test_bad_future_options_are_refused(options, match):
 def test_future_keys_refuse_draw_zero():
     with pytest.raises(ValueError, match="draw 1 or later"):
         future_keys(np.array([1], dtype=np.uint64), 0)
+
+
+def test_another_future_needs_the_weeks_it_replays():
+    """Without seeds, ``future`` would play the next people rather than another future of the weeks just played."""
+    env = BatchedRhythmEnv("in-dist", "train", 2)
+    env.reset(seed=[0, 1])
+    with pytest.raises(ValueError, match="'future' replays given weeks: pass their seeds"):
+        env.reset(options={"future": 1, "future_from": 10})
+    env.reset(options={"seeds": [0, 1], "future": 1, "future_from": 10})
+    assert env.seeds.tolist() == [0, 1]

@@ -76,6 +76,9 @@ def test_make_vec_gives_the_batched_env() -> None:
     assert vec.seeds.tolist() == [14, 15, 16, 17]  # the next people, not the same ones again
     direct = BatchedRhythmEnv("discrete", "eval", 4)
     np.testing.assert_array_equal(direct.reset(seed=14)[0], vec.reset(seed=14)[0])
+    unseeded = gymnasium.make_vec(ENV_ID, num_envs=2, seed=None)  # as gymnasium.make(ENV_ID, seed=None) takes it
+    unseeded.reset()
+    assert unseeded.seeds.tolist() == [0, 1]
 
 
 def test_a_fresh_interpreter_makes_the_env_by_naming_the_module() -> None:

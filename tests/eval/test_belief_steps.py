@@ -13,7 +13,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.errors import RhythmError
-from rhythm.eval.belief_steps import belief_steps, belief_steps_table
+from rhythm.eval.belief_steps import belief_steps, belief_steps_of, belief_steps_table
 from rhythm.grader import PRIOR_MEAN
 from rhythm.records import JsonlWriter
 
@@ -82,6 +82,15 @@ def test_the_prior_as_the_agent_is_one_times_the_prior_and_the_teacher_sharpens(
     assert code == 0
     for line in out.splitlines()[1:]:
         assert float(line.split()[-1]) < 1.0  # the teacher's belief sharpens over the week
+
+
+def test_the_same_weeks_in_another_order_give_the_same_table(weeks, tmp_path, run_cli):
+    """The readers take the weeks in seed order: files concatenated the other way round move no interval."""
+    lines = weeks["bayes"].read_bytes().splitlines(keepends=True)
+    reversed_file = tmp_path / "reversed.jsonl"
+    reversed_file.write_bytes(b"".join(reversed(lines)))
+    forth, back = (belief_steps_of(str(path), (1, 28)) for path in (weeks["bayes"], reversed_file))
+    assert forth == back and all(row.last_ci is not None for row in forth.values())
 
 
 def test_bad_input_is_one_line_and_exit_2(weeks, tmp_path, run_cli):

@@ -149,7 +149,7 @@ def record_rows(record: dict[str, Any], where: str, options: PromptOptions, repo
     offset = _offset(options, episode, source)
     replies = None
     if options.strip_reasoning:
-        replies = [format_ending(p.belief, p.action) for p in (parse_reply(s["response"]) for s in record["steps"])]
+        replies = [format_ending(parse_reply(s["response"]).belief, s["action"]) for s in record["steps"]]  # as played
     rows = []
     for i, step in enumerate(record["steps"]):
         if options.every_k_steps > 1 and i % options.every_k_steps != offset:
