@@ -10,10 +10,11 @@ per-episode records (every reply included) go to a JSONL beside it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,19 @@ PlayedCache = dict[tuple[str, ...], list[EpisodeRecord]]
 """Records of scripted agents already played, keyed by :func:`played_key`: see :func:`evaluate`."""
 
 
+@contextlib.contextmanager
+def closing_agents(agents: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``agents``, each closed at the end that has a ``close`` (an API agent's client, event loop and thread), also when
+    the evaluation fails: a notebook or a script that evaluates again keeps no connection or thread of the last one."""
+    try:
+        yield agents
+    finally:
+        for agent in agents.values():
+            close = getattr(agent, "close", None)
+            if callable(close):
+                close()
+
+
 def played_key(cfg: EvalConfig, name: str, condition: str, seeds: list[int]) -> tuple[str, ...] | None:
     """The cache key of one scripted agent's episodes, or None for agents that are not replayable
     from their name and settings alone (``model:`` weights change on disk, LLM replies vary)."""
@@ -302,7 +316,10 @@ def evaluate(
     ``weights``: those of :func:`model_weights`, when already read.
     """
     validate(cfg)
-    agents = agents if agents is not None else make_agents(cfg)
+    if agents is None:
+        with closing_agents(make_agents(cfg)) as built:
+            return evaluate(cfg, progress_factory=progress_factory, on_records=on_records, played_cache=played_cache,
+                            agents=built, done=done, weights=weights)
     names = list(agents)
     weights = weights if weights is not None else model_weights(cfg, names)
     chash = eval_hash(cfg, weights)
@@ -372,10 +389,16 @@ def run_eval(
     stops before it touches either (or waits, with ``wait_lock``).
     """
     validate(cfg)
-    agents = make_agents(cfg)
+    with closing_agents(make_agents(cfg)) as agents:
+        return _run_eval(cfg, agents, progress_factory, wait_lock, resume, start_over, say or (lambda msg: None),
+                         played_cache)
+
+
+def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callable[[str, int], ProgressFn] | None,
+              wait_lock: bool, resume: bool, start_over: bool, say: Callable[[str], None],
+              played_cache: PlayedCache | None) -> tuple[EvalResults, Path, Path]:
     weights = model_weights(cfg, list(agents))  # read once: the hash a resume checks, and the results' record
     ep_path = episodes_path(cfg.output)
-    say = say or (lambda msg: None)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
         done = resumed_weeks(cfg, partial, weights) if resume else {}

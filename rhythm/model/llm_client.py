@@ -56,6 +56,8 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
 ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 AUTH_MODES = ("auto", "key", "entra")
+CONNECT_TIMEOUT_S = 5.0
+"""Seconds to connect before an attempt is retried: the openai client's own default (``timeout_s`` caps it)."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,9 @@ class LLMConfig:
     max_retries: Annotated[int, Ge(0)] = 5
     """Client retries per request: connection errors, timeouts, 408/409/429 (Retry-After honoured), 5xx."""
     timeout_s: Annotated[float, Gt(0)] = 600.0
-    """Seconds one attempt may take before it is abandoned and retried (reasoning replies can take
-    minutes; a server may still bill an abandoned attempt)."""
+    """Seconds an attempt may wait for the server (to send, and for each read of the reply; to connect, at most 5)
+    before it is abandoned and retried: reasoning replies can take minutes, and a server may still bill an
+    abandoned attempt. A reply that keeps arriving, however slowly, is not cut."""
     temperature: float | None = None
     """Sampling temperature; null: the server's default (reasoning models accept no other)."""
     max_tokens: int | None = None
@@ -181,8 +184,8 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
 
 
 def check_url(url: str, what: str) -> None:
-    """An endpoint URL needs ``http://`` or ``https://`` and a host: without a scheme the client cannot
-    connect and would retry for minutes before saying so."""
+    """An endpoint URL needs ``http://`` or ``https://``, a host and, if it names one, a port that is one: without
+    them the client cannot connect and would retry for minutes (or fail with a traceback) before saying so."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -190,6 +193,10 @@ def check_url(url: str, what: str) -> None:
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
         raise RhythmError(f"{what} must be an http:// or https:// URL with a host, got {redact_url(url)!r} "
                           f"(e.g. http://{url.split('://')[-1]})")
+    try:
+        parts.port  # noqa: B018 - reading it checks it: out of 0-65535, or not a number, raises
+    except ValueError:
+        raise RhythmError(f"{what} {redact_url(url)!r} names no valid port (a number in 0-65535)") from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -345,6 +352,8 @@ class EpisodeAPIError(Exception):
         self.reason = reason
         self.kind = kind
         self.status = status
+        self.spent: dict[str, Any] | None = None
+        """The usage of the step's replies before the failed request (a re-ask's first reply), as a step records it."""
 
 
 def _body_message(body: Any) -> str | None:
@@ -393,11 +402,14 @@ def _retry_after_s(headers: Any) -> float | None:
     import time
 
     for name, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        text = headers.get(name)
         try:
-            value = float(headers.get(name))
+            value = float(text)
         except (TypeError, ValueError):
             continue
-        return value / divisor if math.isfinite(value) else math.inf
+        if math.isinf(value) and value > 0 and text.strip().lower() not in ("inf", "+inf", "infinity", "+infinity"):
+            return math.inf  # a number too large for a float: a wait longer than any cap, which the client refuses
+        return value / divisor if math.isfinite(value) else None  # "inf" itself: no wait, the client backs off
     try:
         return float(email.utils.mktime_tz(email.utils.parsedate_tz(headers.get("retry-after"))) - time.time())
     except (TypeError, ValueError, OverflowError, OSError):
@@ -513,7 +525,10 @@ class ChatClient:
         http_client = openai.DefaultAsyncHttpxClient(
             event_hooks={"request": [self.stats.on_request], "response": [self.stats.on_response]}
         )
-        common: dict[str, Any] = {"max_retries": llm.max_retries, "timeout": llm.timeout_s, "http_client": http_client}
+        # a host that does not answer is given the client's own connect limit, not timeout_s (an hour a request over
+        # five retries at the default 600 s)
+        timeout = openai.Timeout(llm.timeout_s, connect=min(llm.timeout_s, CONNECT_TIMEOUT_S))
+        common: dict[str, Any] = {"max_retries": llm.max_retries, "timeout": timeout, "http_client": http_client}
         if target.provider == "openai":
             key = os.environ.get(KEY_ENV["openai"])
             self.redactor.add(key)
@@ -567,12 +582,12 @@ class ChatClient:
         text = reply_text(choice.message if choice is not None else None)
         finish = getattr(choice, "finish_reason", None)
         usage = resp.usage
-        if usage is None:
+        prompt, completion = (getattr(usage, key, None) for key in ("prompt_tokens", "completion_tokens"))
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (prompt, completion)):
+            # no usage, or no token counts in it ({}, only total_tokens, nulls): its cost is unknown, never 0
             self.stats.missing_usage += 1
             self.meter.add_unknown()
             return Completion(text, 0, 0, None, raw.retries_taken, finish, 0, usage_missing=True)
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
         details = getattr(usage, "prompt_tokens_details", None)
         cached = min(max(int(getattr(details, "cached_tokens", 0) or 0), 0), prompt)
         cost = self.meter.add(prompt, completion, cached)
@@ -618,7 +633,9 @@ class ChatClient:
             message = self.redactor.redact(_shorten(exc.message))
             return EpisodeAPIError(f"HTTP {exc.status_code}{_after_retries(exc)}: {message}", type(exc).__name__, exc.status_code)
         if isinstance(exc, openai.APITimeoutError):
-            return EpisodeAPIError(f"timed out ({self.llm.timeout_s:g} s){_after_retries(exc)}", "APITimeoutError", None)
+            connecting = "Connect" in type(exc.__cause__).__name__  # httpx's ConnectTimeout
+            limit = f"no connection in {min(self.llm.timeout_s, CONNECT_TIMEOUT_S):g} s" if connecting else f"{self.llm.timeout_s:g} s"
+            return EpisodeAPIError(f"timed out ({limit}){_after_retries(exc)}", "APITimeoutError", None)
         if isinstance(exc, openai.APIConnectionError):
             cause = self.redactor.redact(_shorten(str(exc.__cause__ or exc)))
             return EpisodeAPIError(f"cannot connect to {where}{_after_retries(exc)}: {cause}", "APIConnectionError", None)
@@ -722,9 +739,18 @@ async def ask(client: ChatClient, messages: list[dict[str, str]]) -> StepReply:
     parsed = parse_reply(first.text)
     replies = [first]
     if not parsed.ok:
-        second = await client.complete(reask_messages(messages, first.text))
+        try:
+            second = await client.complete(reask_messages(messages, first.text))
+        except EpisodeAPIError as err:  # the first reply was paid for: the failed episode's usage counts it
+            err.spent = _step_reply(replies, parsed).usage()
+            raise
         replies.append(second)
         parsed = parse_reply(second.text)
+    return _step_reply(replies, parsed)
+
+
+def _step_reply(replies: list[Completion], parsed: ParsedReply) -> StepReply:
+    """One step's reply from the completions it took (the last one kept), their usage summed."""
     costs = [r.cost_usd for r in replies]
     return StepReply(
         text=replies[-1].text,

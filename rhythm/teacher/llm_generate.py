@@ -124,7 +124,8 @@ async def play_episode(
             reply = await ask(client, messages)
         except EpisodeAPIError as err:
             # what the steps before it spent, with every key of a step's usage (at step 0 all of them 0)
-            raise EpisodeFailed(err, t, episode_usage([NO_STEP.usage(), *(s.usage for s in steps)])) from None
+            spent = [NO_STEP.usage(), *(s.usage for s in steps), *([err.spent] if err.spent else [])]
+            raise EpisodeFailed(err, t, episode_usage(spent)) from None
         _, reward, _, _, info = env.step(reply.parsed.action)
         episode_return += reward
         crashes += info["crashes"]

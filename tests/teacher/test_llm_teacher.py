@@ -401,6 +401,19 @@ def test_failed_episode_goes_to_the_errors_file_and_the_others_finish(tmp_path: 
     _no_secret_anywhere(tmp_path, KEY)
 
 
+def test_a_failed_reask_keeps_the_paid_first_reply_in_the_failed_weeks_usage(tmp_path: Path, openai_key: str) -> None:
+    """Step 0's reply names no action and its re-ask fails: the errors file's usage counts the reply that came back."""
+    def handler(seen):
+        return Reply("no decision yet", usage=(500, 50)) if seen.n == 0 else Fail(503, "down")
+
+    with FakeOpenAI(api_key=KEY, handler=handler) as server:
+        summary = _run(_cfg(server, tmp_path, max_retries=0, prices={"m": Price(input=1.0, output=1.0)}))
+    (err,) = _records(errors_path(tmp_path / "t.jsonl"))
+    assert summary.failed == 1 and err["step"] == 0
+    assert (err["usage"]["prompt_tokens"], err["usage"]["completion_tokens"], err["usage"]["requests"]) == (500, 50, 1)
+    assert err["usage"]["cost_usd"] == pytest.approx(550 / 1e6)
+
+
 def test_consecutive_failures_stop_the_run(tmp_path: Path, openai_key: str) -> None:
     with FakeOpenAI(api_key=KEY, handler=lambda s: Fail(500, "down")) as server:
         summary = _run(_cfg(server, tmp_path, seeds="0-9", max_retries=0, max_consecutive_failures=2))
@@ -633,6 +646,23 @@ def test_a_connection_reset_after_the_headers_is_counted_as_no_connection(tmp_pa
 # Replies without usage: an unknown cost, and a budget that can no longer be held
 
 
+@pytest.mark.parametrize("usage", [{}, {"total_tokens": 900}, {"prompt_tokens": None, "completion_tokens": None},
+                                   {"prompt_tokens": 100}])
+def test_a_usage_without_its_token_counts_is_an_unknown_cost_and_stops_a_budget(tmp_path: Path, openai_key: str, usage) -> None:
+    """Counts the server left out are not 0 tokens: the cost is unknown, and a run with a budget stops rather than
+    spend past it on replies it prices at nothing."""
+    def reply(seen):
+        body = {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "usage": usage,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": protocol_reply(seen.observation)}}]}
+        return Raw.ok(orjson.dumps(body))
+
+    with FakeOpenAI(api_key=KEY, handler=reply) as server:
+        cfg = _cfg(server, tmp_path, seeds="0-1", prices={"m": Price(input=1000.0, output=1000.0)}, max_cost_usd=1.0)
+        summary = _run(dataclasses.replace(cfg, concurrency=1))
+    assert len(server.seen) == 1 and summary.episodes == 0 and "1 reply came without usage" in summary.stopped
+
+
 def test_a_reply_without_usage_has_an_unknown_cost(tmp_path: Path, openai_key: str) -> None:
     with FakeOpenAI(api_key=KEY, handler=lambda s: Reply(protocol_reply(s.observation), usage=None) if s.n == 0 else None) as server:
         summary = _run(_cfg(server, tmp_path, prices={"m": Price(input=2.0, output=10.0)}))
@@ -838,6 +868,10 @@ def test_wrong_key_is_one_clear_line_and_nonzero_exit(tmp_path: Path, monkeypatc
         (["--teacher", "openai:m"], {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "localhost:8000/v1"}, "OPENAI_BASE_URL must be an http://"),
         (["--teacher", "azure:d", "--endpoint", "res.openai.azure.com"], {"AZURE_OPENAI_API_KEY": KEY},
          "--endpoint (llm.endpoint) must be an http:// or https:// URL with a host, got 'res.openai.azure.com'"),
+        (["--teacher", "openai:m", "--base-url", "http://127.0.0.1:99999/v1"], {"OPENAI_API_KEY": KEY},
+         "--base-url (llm.base_url) 'http://127.0.0.1:99999/v1' names no valid port (a number in 0-65535)"),
+        (["--teacher", "azure:d", "--endpoint", "https://res.openai.azure.com:abc"], {"AZURE_OPENAI_API_KEY": KEY},
+         "--endpoint (llm.endpoint) 'https://res.openai.azure.com:abc' names no valid port"),
     ],
 )
 def test_missing_settings_fail_before_anything_is_sent(tmp_path, monkeypatch, run_cli, args, env, needle) -> None:
@@ -886,6 +920,27 @@ def test_an_api_agents_week_records_the_usage_an_api_teachers_week_does(tmp_path
     assert [s["action"] for s in taught["steps"]] == [s["action"] for s in evaluated["steps"]]
     assert {k: v for k, v in taught["usage"].items() if k != "seconds"} == {k: v for k, v in evaluated["usage"].items() if k != "seconds"}
     assert taught["usage"]["cost_usd"] is None and taught["usage"]["usage_missing"] == 1 and taught["usage"]["requests"] == 28
+
+
+def test_an_eval_closes_its_api_agent_also_when_it_fails(tmp_path: Path, openai_key: str) -> None:
+    """``run_eval`` twice in one process (a notebook): no client, event loop or thread of an earlier one is left."""
+    import threading
+
+    from rhythm.eval.evaluate import EvalConfig, run_eval
+
+    def agent_threads() -> int:
+        return sum(t.name == "rhythm-llm-agent" and t.is_alive() for t in threading.enumerate())
+
+    before = agent_threads()
+    with FakeOpenAI(api_key=KEY) as server:
+        cfg = EvalConfig(agent="openai:m", condition="in-dist", split="train", seeds="0", references=["random"],
+                         llm=LLMConfig(base_url=server.base_url, max_retries=0), output=str(tmp_path / "e.json"))
+        for i in range(2):
+            run_eval(dataclasses.replace(cfg, output=str(tmp_path / f"e{i}.json")))
+            assert agent_threads() == before
+    with pytest.raises(RhythmError, match="a request failed for good"):  # the server is gone
+        run_eval(dataclasses.replace(cfg, output=str(tmp_path / "gone.json")))
+    assert agent_threads() == before
 
 
 @pytest.mark.slow  # > 3 s on 2 cores
@@ -981,6 +1036,21 @@ def test_retry_after_is_read_as_the_client_reads_it() -> None:
     assert _retry_after_s({"retry-after": "3600"}) == 3600.0
     assert 3590 < _retry_after_s({"retry-after": formatdate(time.time() + 3600, usegmt=True)}) <= 3600
     assert _retry_after_s({}) is None and _retry_after_s({"retry-after": "soon"}) is None
+    # a literal infinity is no wait to the client (it backs off and retries); a number past a float's range is a wait
+    # beyond its cap (it does not retry)
+    assert _retry_after_s({"retry-after": "inf"}) is None and _retry_after_s({"retry-after": "Infinity"}) is None
+    assert _retry_after_s({"retry-after": "1e400"}) == float("inf")
+
+
+def test_an_attempt_waits_timeout_s_for_the_server_and_the_clients_own_limit_to_connect() -> None:
+    """A host that never answers costs 5 s an attempt (the openai client's default), not timeout_s: at the default
+    600 s and 5 retries that was an hour a request."""
+    from rhythm.model.llm_client import ChatClient, resolve_target
+
+    for timeout_s, connect in ((600.0, 5.0), (2.0, 2.0)):
+        llm = LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", timeout_s=timeout_s)
+        timeout = ChatClient(resolve_target("openai", "", llm), llm).client.timeout
+        assert (timeout.connect, timeout.read, timeout.write, timeout.pool) == (connect, timeout_s, timeout_s, timeout_s)
 
 
 def test_redaction_of_keys_tokens_and_urls() -> None:
