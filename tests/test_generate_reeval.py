@@ -169,6 +169,25 @@ def test_reeval_of_the_same_weeks_in_another_order_gives_the_same_intervals(tmp_
     assert groups[0] == groups[1] and groups[0][0]["final_score"]["ci95"][0] < groups[0][0]["final_score"]["mean"]
 
 
+def test_reeval_gives_each_model_its_row_and_counts_a_week_once(tmp_path: Path, run_cli) -> None:
+    """Two API models' weeks (agent "openai", the model apart) are two rows; a week given twice is flagged and
+    counted once, so no interval narrows."""
+    out = tmp_path / "t.jsonl"
+    generate(GenerateConfig(seeds="0-3", output=str(out)))
+    weeks = _lines(out)
+    renamed = [{**r, "agent": "openai", "model": "big" if r["seed"] < 2 else "small"} for r in weeks]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [*renamed, renamed[0]]))
+    summary = tmp_path / "s.json"
+    assert run_cli("reeval", "--jsonl", str(mixed), "--output", str(summary), "--quiet", "--set", "baselines=[]")[0] == 0
+    data = orjson.loads(summary.read_bytes())
+    rows = {g["agent"]: g for g in data["groups"]}
+    assert set(rows) == {"openai:big", "openai:small"} and rows["openai:big"]["episodes"] == 2
+    assert rows["openai:big"]["final_score"]["mean"] == pytest.approx(sum(r["score"]["final_score"] for r in weeks[:2]) / 2)
+    (flag,) = data["flagged"]
+    assert flag["where"].endswith(":5") and "played in-dist/train seed 0 already (at " in flag["reasons"][0]
+
+
 def test_reeval_flags_a_tampered_record(tmp_path: Path, run_cli) -> None:
     out = tmp_path / "t.jsonl"
     generate(GenerateConfig(seeds="0-2", output=str(out)))

@@ -102,7 +102,7 @@ are sent; the results' ``config`` records them): out of its ``config_hash``, as 
 
 def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
     if cfg.seeds is not None:  # given, even empty: parse_seeds says what is wrong with it
-        return parse_seeds(cfg.seeds)
+        return sorted(parse_seeds(cfg.seeds))  # in order, as the results record them: one interval however they are typed
     n = cfg.episodes if cfg.episodes is not None else DEFAULT_EPISODES[condition]
     if n < 1:
         raise RhythmError(f"--episodes must be >= 1, got {n}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-READER_NAMES = {"bayes": "teacher (bayes)", "oracle": "oracle (knows the person)", "planner": "planner (prior only)"}
+READER_NAMES = {"bayes": "teacher (bayes)", "oracle": "oracle (knows the person)", "planner": "planner (a neutral person)"}
 """Built-in agents whose bare name says too little; random and heuristic name themselves."""
 SFT_CONFIG, GRPO_CONFIG = "sft_config.yaml", "grpo_config.yaml"
 """What ``rhythm sft`` and ``rhythm grpo`` write into their output folders (the effective configs)."""

@@ -30,6 +30,7 @@ import numpy as np
 from rhythm.config import write_config
 from rhythm.env.constants import CONDITIONS, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
+from rhythm.eval.behaviour import labels as path_labels
 from rhythm.eval.names import display_name, start_of_sft
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci
@@ -101,10 +102,13 @@ def load_results(path: str | Path) -> EvalResults:
 
 
 def _labels(results: list[tuple[Path, EvalResults]]) -> list[str]:
-    """Each file's display name (:func:`rhythm.eval.names.display_name`); two alike get their folder's name."""
+    """Each file's display name (:func:`rhythm.eval.names.display_name`); two alike get the shortest end of their
+    folder's path that tells them apart (``student (SFT) (q1/eval/sft)``)."""
     names = [r.name for _, r in results]
-    labels = [f"{name} ({path.parent.name or path.stem})" if names.count(name) > 1 else name
-              for name, (path, _) in zip(names, results, strict=True)]
+    clashing = [i for i, name in enumerate(names) if names.count(name) > 1]
+    folders = [str(results[i][0].parent) if results[i][0].parent.name else results[i][0].stem for i in clashing]
+    apart = dict(zip(clashing, path_labels(folders), strict=True))
+    labels = [f"{name} ({apart[i]})" if i in apart else name for i, name in enumerate(names)]
     seen: dict[str, int] = {}
     numbered = []
     for label in labels:  # still equal: same agent, same folder name
@@ -217,7 +221,7 @@ def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True, split: st
                 top = b.ci95[1] if b.ci95 is not None else b.mean
                 ax.text(x, top + 0.012, f"{b.mean:.2f}", ha="center", va="bottom", fontsize=7, rotation=90)
                 legend_name = {
-                    "agent": f"{name} (95% CI)",
+                    "agent": f"{name} (95% CI)" if b.ci95 is not None else f"{name} (one week: no CI)",
                     "reference": f"{name} (reference, " + ("same seeds)" if same_seeds else "the first file's seeds)"),
                     "published": f"published: {name}",
                 }[kind]
@@ -346,7 +350,7 @@ def belief_accuracy_figure(curves: list[BeliefCurve]) -> Any:
             ax.plot(steps, cv.mean, color=color, linewidth=2, marker="o", markersize=3,
                     label=f"{cv.agent} ({n}belief stated {rate:.0%} of steps)")
             ax.fill_between(steps, cv.low, cv.high, color=color, alpha=0.18, linewidth=0)
-            ymax = max(ymax, float(np.nanmax(cv.high)))
+            ymax = max(ymax, float(np.nanmax(np.append(cv.high, cv.mean))))  # one week: no band, the curve itself
         priors = [cv.prior for cv in drawn] or [cv.prior for cv in group]
         same_people = max(priors) - min(priors) < 1e-9
         if same_people:  # one line
@@ -409,6 +413,9 @@ class TrainingSeries:
     reward_funcs: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     learning: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """GRPO's can-it-learn figures by log key (:data:`LEARNING_KEYS`)."""
+    not_finite: dict[str, list[float]] = field(default_factory=dict)
+    """The steps whose loss, eval_loss or reward was logged but is not a finite number (a diverged run: the log
+    writes NaN as null), by key; the curves leave them out, and ``make_plots`` says so."""
 
 
 LEARNING_KEYS = {
@@ -456,8 +463,12 @@ def training_series(path: str | Path, label: str | None = None) -> TrainingSerie
                 if value is not None:
                     series[0].append(step)
                     series[1].append(value)
+                elif key in entry:
+                    s.not_finite.setdefault(key, []).append(step)
         else:
             value = _number(entry.get("reward"))
+            if value is None and "reward" in entry:
+                s.not_finite.setdefault("reward", []).append(step)
             if value is not None:
                 s.reward[0].append(step)
                 s.reward[1].append(value)
@@ -615,6 +626,9 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
     else:
         summary.notes.append("no --results given: final_scores.png and belief_accuracy.png not written")
     if logs:
+        summary.notes += [f"training_loss.png: {log.label}'s {key} is not a finite number at {len(steps)} logged "
+                          f"step(s) from step {steps[0]:g} on (a diverged run?); the curve leaves them out"
+                          for log in logs for key, steps in log.not_finite.items()]
         summary.written.append(plot_training(logs, out / "training_loss.png", cfg.dpi))
     else:
         summary.notes.append("no --log given: training_loss.png not written")

@@ -58,8 +58,16 @@ class Replayed:
     split: str
     seed: int
     agent: str
+    """The agent as its report row names it: with its ``model`` where the record names one apart (``openai:gpt-x``),
+    so two models' weeks are never one row."""
     flags: list[str]
     score: dict[str, Any]
+
+
+def agent_label(rec: dict[str, Any]) -> str:
+    """:attr:`Replayed.agent` of a record."""
+    agent, model = str(rec["agent"]), rec.get("model")
+    return agent if not model or str(model) in agent else f"{agent}:{model}"
 
 
 def _differs(a: Any, b: Any, tol: float) -> bool:
@@ -88,7 +96,7 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6,
         except ValueError as err:
             raise RhythmError(f"{where}: {err}") from None
         if len(rec["steps"]) != EPISODE_STEPS:
-            out.append(Replayed(where, rec["condition"], rec["split"], rec["seed"], rec["agent"], flags, {}))
+            out.append(Replayed(where, rec["condition"], rec["split"], rec["seed"], agent_label(rec), flags, {}))
             progress(1)
             continue
         rec["_flags"] = flags
@@ -115,7 +123,7 @@ def replay(items: list[tuple[str, dict[str, Any]]], tolerance: float = 1e-6,
                 if key in stored and _differs(stored[key], value, tolerance):
                     rec["_flags"].append(f"score.{key} {stored[key]} does not replay ({value})")
             flags = list(dict.fromkeys(rec.pop("_flags")))  # dedupe, keep order
-            out.append(Replayed(where, condition, split, int(rec["seed"]), str(rec["agent"]), flags, score))
+            out.append(Replayed(where, condition, split, int(rec["seed"]), agent_label(rec), flags, score))
         progress(len(group))
     return out
 
@@ -162,7 +170,13 @@ def reeval(cfg: ReevalConfig, progress_factory: Callable[[str, int], ProgressFn]
         raise RhythmError(f"{cfg.jsonl}: no episodes")
     replayed = replay(items, cfg.tolerance, bar("replay", len(items)))
     groups: dict[tuple[str, str, str], list[Replayed]] = defaultdict(list)
+    first: dict[tuple[str, str, str, int], str] = {}
     for r in replayed:
+        person = (r.condition, r.split, r.agent, r.seed)
+        if person in first:  # counted twice, its row's interval would narrow: flagged, and counted once
+            r.flags.append(f"{r.agent} played {r.condition}/{r.split} seed {r.seed} already (at {first[person]}): counted once")
+            continue
+        first[person] = r.where
         groups[(r.condition, r.split, r.agent)].append(r)
     summary: dict[str, Any] = {
         "jsonl": cfg.jsonl,

@@ -11,8 +11,10 @@ from typing import Any
 
 from rhythm.env.constants import BELIEF_DIMS, CONDITIONS
 from rhythm.errors import RhythmError
+from rhythm.eval.behaviour import labels
 from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults
+from rhythm.eval.stats import ci_text
 
 AGENT_ORDER = ("random", "heuristic", "planner", "bayes", "oracle")
 
@@ -33,6 +35,7 @@ def agent_rows(results: list[EvalResults]) -> dict[str, dict[str, dict[str, Any]
                 "v2": r.final_score_v2.mean,
                 "behaviour": r.behaviour_score.mean,
                 "ci": r.final_score.ci95,
+                "evaluated": True,
                 "episodes": r.episodes,
                 "mae": r.belief_mae.mean,
                 "mae_prior": r.belief_mae_prior,
@@ -55,9 +58,12 @@ def _order(names: list[str]) -> list[str]:
 
 
 def _names(results: list[EvalResults]) -> Callable[[str], str]:
-    """Each agent string's display name (``model:runs/q/sft`` -> ``student (SFT)``)."""
+    """Each agent string's display name (``model:runs/q/sft`` -> ``student (SFT)``); two agents of one display name
+    (two SFT students) each with the shortest end of its path that tells them apart (``student (SFT) (a/sft)``)."""
     named = {res.agent: res.name for res in results}
-    return lambda agent: named.get(agent) or display_name(agent)
+    clashing = [agent for agent, name in named.items() if list(named.values()).count(name) > 1]
+    apart = dict(zip(clashing, labels([agent.partition(":")[2] or agent for agent in clashing]), strict=True))
+    return lambda agent: (f"{named[agent]} ({apart[agent]})" if agent in apart else named.get(agent)) or display_name(agent)
 
 
 def _fmt(value: float | None) -> str:
@@ -75,7 +81,7 @@ def score_table(results: list[EvalResults]) -> str:
         cells = []
         for c in conds:
             x = rows[agent].get(c)
-            ci = f" [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}]" if x and x["ci"] else ""
+            ci = f" {ci_text(x['ci'])}" if x and (x["ci"] or x.get("evaluated")) else ""  # references: means only
             cells.append("—" if x is None else f"{_fmt(x['v3'])}{ci} / {_fmt(x['v2'])} ({_fmt(x['behaviour'])}), {x['episodes']}")
         lines.append(f"| {name(agent)} | " + " | ".join(cells) + " |")
     notes = seeds_notes(results)

@@ -97,6 +97,14 @@ def test_a_shared_played_cache_plays_each_scripted_agent_once_with_the_same_resu
     assert played_key(other, "bayes", "in-dist", seeds) != played_key(first, "bayes", "in-dist", seeds)
 
 
+def test_seeds_typed_in_another_order_give_the_same_results() -> None:
+    """The results record the seeds as a range (``0-5``): the weeks and their intervals are that range's, however
+    the seeds were typed."""
+    typed = [evaluate(EvalConfig(agent="random", condition="in-dist", seeds=seeds, references=["heuristic"]))
+             for seeds in ("0-5", "5,4,3,2,1,0")]
+    assert typed[0].conditions == typed[1].conditions and typed[0].conditions["in-dist"].seeds == "0-5"
+
+
 def test_the_priors_error_is_on_the_episodes_whose_belief_error_is_reported() -> None:
     """A week that states no last belief has no belief error; the prior's error beside it leaves that week out too,
     so their ratio compares the same people (and all weeks count when none stated a belief)."""

@@ -34,3 +34,24 @@ def test_eval_writes_the_display_name_beside_the_agent_and_titles_its_table_with
     data = orjson.loads(out.read_bytes())
     assert code == 0 and (data["agent"], data["display_name"]) == ("bayes", "teacher (bayes)")
     assert "rhythm eval: teacher (bayes); rhythm-v1, grader v3" in err and "oracle (knows the person)" in err
+
+
+def test_two_students_of_one_name_are_told_apart_in_the_tables() -> None:
+    """Two SFT runs are both ``student (SFT)``: each table row says which, by the shortest end of its path."""
+    from types import SimpleNamespace
+
+    from rhythm.eval.tables import _names
+
+    files = [SimpleNamespace(agent=f"model:runs/{run}/sft", name="student (SFT)") for run in ("a", "b")]
+    name = _names([*files, SimpleNamespace(agent="bayes", name="teacher (bayes)")])
+    assert [name(f.agent) for f in files] == ["student (SFT) (a/sft)", "student (SFT) (b/sft)"]
+    assert name("bayes") == "teacher (bayes)" and name("random") == "random"  # a reference: named as always
+
+
+def test_a_one_week_condition_says_it_has_no_interval() -> None:
+    from rhythm.eval.evaluate import EvalConfig, evaluate
+    from rhythm.eval.tables import score_table
+
+    table = score_table([evaluate(EvalConfig(agent="bayes", condition="discrete", episodes=1, references=["random"]))])
+    bayes, random = (next(line for line in table.splitlines() if line.startswith(f"| {n}")) for n in ("teacher", "random"))
+    assert "[no CI: n=1]" in bayes and "[" not in random  # a reference: its means only, as always

@@ -199,6 +199,20 @@ def test_training_series_reads_trl_log_history(tmp_path: Path) -> None:
     assert unlabeled.reward[1] == [0.30, 0.40, 0.45]
 
 
+def test_a_loss_that_stopped_being_a_number_is_said_not_dropped(tmp_path: Path) -> None:
+    """A diverged run (its log holds NaN as null) would be drawn as a short, healthy curve: the plot says so."""
+    log = [{"loss": 2.0 / step, "step": step, "stage": "sft"} for step in range(1, 6)]
+    log += [{"loss": None, "step": step, "stage": "sft"} for step in range(6, 11)]
+    log += [{"reward": float("nan"), "step": 1, "stage": "grpo"}]  # written as null
+    folder = write_log(tmp_path / "diverged", log)
+    series = training_series(folder)
+    assert series.train_loss[0] == [1.0, 2.0, 3.0, 4.0, 5.0] and series.not_finite == {"loss": [6.0, 7.0, 8.0, 9.0, 10.0],
+                                                                                        "reward": [1.0]}
+    summary = make_plots(PlotConfig(logs=[str(folder)], out=str(tmp_path / "out"), dpi=40))
+    assert ("training_loss.png: diverged's loss is not a finite number at 5 logged step(s) from step 6 on (a diverged "
+            "run?); the curve leaves them out") in summary.notes
+
+
 @pytest.mark.parametrize(
     "setup, needle",
     [
@@ -411,3 +425,7 @@ def test_files_of_the_same_agent_are_each_told_apart() -> None:
     files = [("a/r.json", "bayes"), ("b/r.json", "bayes"), ("c/r.json", "bayes"), ("c/s.json", "bayes"), ("d/r.json", "x")]
     labels = _labels([(Path(p), SimpleNamespace(name=n)) for p, n in files])
     assert labels == ["bayes (a)", "bayes (b)", "bayes (c) #1", "bayes (c) #2", "x"]
+    # two quickstart runs: their folders differ only above eval/sft
+    runs = [("qs/q1/eval/sft/eval_results_v2.json", "student (SFT)"), ("qs/q2/eval/sft/eval_results_v2.json", "student (SFT)")]
+    assert _labels([(Path(p), SimpleNamespace(name=n)) for p, n in runs]) == ["student (SFT) (q1/eval/sft)",
+                                                                             "student (SFT) (q2/eval/sft)"]
