@@ -27,7 +27,7 @@ from rhythm.env.constants import ACTIONS
 def patch(weight: float, im_end: bool) -> None:
     """Label every token of each week and weight it by token (see the module doc), through the same
     ``loss_weights`` column that ``observation_loss`` fills."""
-    tokenize = sft.tokenize_examples
+    tokenize = sft.tokenize_examples  # rows -> tokens, then every token labelled and weighted here
 
     def by_token(rows, tokenizer, max_length, report, **kwargs):
         out = tokenize(rows, tokenizer, max_length, report)
@@ -40,7 +40,8 @@ def patch(weight: float, im_end: bool) -> None:
                 example["loss_weights"] = [1.0 if t in reply else weight for t in example["input_ids"]]
         return out
 
-    sft.tokenize_examples = by_token
+    run = sft.run_sft  # build_trainer's tokenize hook (its default was bound when it was defined)
+    sft.run_sft = lambda cfg, **kwargs: run(cfg, tokenize=by_token, **kwargs)
 
 
 def main() -> None:

@@ -50,7 +50,11 @@ def output_lock(
     from filelock import FileLock, Timeout
 
     path = lock_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)  # a place no file can be made in is not another run's lock (filelock waits on it)
+    except OSError as err:
+        raise RhythmError(f"cannot write beside {output}: {err.strerror or err} ({path})") from None
     lock = FileLock(str(path))
     try:
         lock.acquire(blocking=False)

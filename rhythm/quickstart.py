@@ -56,6 +56,7 @@ from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.generate import GenerateConfig, generate
+from rhythm.teacher.generate import validate as validate_generate
 from rhythm.train.grpo import GRPORunConfig, run_grpo
 from rhythm.train.grpo import validate as validate_grpo
 from rhythm.train.run_folder import data_paths, empty_folder, latest_checkpoint, remove
@@ -369,6 +370,9 @@ def check_stages(cfg: QuickstartConfig) -> None:
                     validate_sft(stage)
             except RhythmError as err:
                 raise RhythmError(f"quickstart {name}: {str(err).removeprefix('command line: ')}") from None
+        # the teacher stage's, before it clears the data of an earlier run (a typo in seeds would cost the weeks)
+        validate_generate(GenerateConfig(teacher="bayes", seeds=cfg.seeds, split="train", output=str(teacher),
+                                         concurrency=cfg.concurrency, resume=True))
     if cfg.dagger.config is not None:
         parse_seeds(cfg.dagger.seeds)
     for ref in cfg.references:

@@ -201,6 +201,11 @@ def iter_jsonl(path: str | Path, *, skip_torn_last: bool = False) -> Iterator[tu
             handle.close()
 
 
+def file_list(files: str) -> list[str]:
+    """The paths of a comma-separated list (``a.jsonl,b.jsonl``), an empty part (a trailing comma) left out."""
+    return [part.strip() for part in files.split(",") if part.strip()]
+
+
 def check_episode(obj: dict[str, Any], where: str) -> dict[str, Any]:
     """Validate the fields an episode record must have; raise ``where: what is missing``."""
     missing = [k for k in EPISODE_KEYS if k not in obj]

@@ -33,12 +33,17 @@ import pytest
         (["analyze", "belief-steps", "missing.jsonl"], "file not found: missing.jsonl"),
         (["analyze", "belief-steps", "missing.jsonl", "--steps", "1,x"], "--steps must be comma-separated integers"),
         (["analyze", "tables"], "nothing to tabulate"),
+        (["analyze", "paired", "-", "-"], "stdin (-) can be read only once"),
+        (["analyze", "teacher-forced", "missing-model", "missing.jsonl", "--condition", "oodd"], "unknown condition 'oodd'"),
+        (["sft", "--data", "."], ". is a folder; give its JSONL files"),
+        (["plot", "--results", "."], ". is a folder; give its eval_results_v2.json"),
         (["analyze", "tables", "missing.json"], "file not found: missing.json"),
         (["analyze", "teacher-forced", "missing-model", "missing.jsonl"], "file not found: missing.jsonl"),
         (["analyze", "nonsense"], "No such command 'nonsense'"),
         (["eval", "--agent", "openai:m", "--concurrency", "0"], "concurrency"),
         (["eval", "--output", ""], "the output path is empty"),
         (["eval", "--output", "-"], "give --output a path, not -"),
+        (["eval", "--output", "r.episodes.jsonl"], "is the results JSON (its weeks go beside it as NAME.episodes.jsonl)"),
         (["generate", "--seeds", "0-1", "--output", ""], "the output path is empty"),
         (["eval", "--set", "teacher.posterior.particles=0"], "teacher.posterior.particles=0: input should be greater"),
         (["generate", "--set", "teacher_options.planner.horizon=0", "--output", "-"], "planner.horizon=0"),
@@ -47,6 +52,10 @@ import pytest
         (["eval", "--agent", "bayes:x"], "agent 'bayes' takes no argument, got 'bayes:x'"),
         (["generate", "--teacher", "heuristic:fast", "--output", "-"], "agent 'heuristic' takes no argument"),
         (["eval", "--seeds", "0-1", "--episodes", "3"], "give --episodes (seeds 0..N-1) or --seeds, not both"),
+        (["eval", "--set", "seeds=0-1", "--set", "episodes=3"], "give episodes (3: seeds 0..N-1) or seeds (0-1), not both"),
+        (["generate", "--model", "gpt-4o-mini", "--max-cost-usd", "5", "--output", "x.jsonl"],
+         "--model, --max-cost-usd set up a chat-model teacher (--teacher openai or azure); the bayes teacher would ignore it"),
+        (["generate", "--teacher", "heuristic", "--base-url", "http://localhost:8000/v1", "--output", "-"], "the heuristic teacher"),
         (["generate", "--max-cost-usd", "-5", "--output", "-"], "llm.max_cost_usd=-5.0: input should be greater than 0"),
         (["sft", "--data", "x.jsonl", "--resume", "--set", "overwrite_output_dir=true"], "contradict each other"),
         (["grpo", "--resume", "--set", "overwrite_output_dir=true"], "contradict each other"),
@@ -60,6 +69,21 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, args, needle, tmp_path: Path,
     assert len(lines) == 1, err
     assert lines[0].startswith("rhythm: error:") and needle in lines[0]
     assert list(tmp_path.iterdir()) == []  # bad input writes nothing, not even a lock file
+
+
+def test_an_eval_flag_wins_over_the_configs_other_way_of_naming_the_seeds(run_cli, tmp_path: Path) -> None:
+    """``--episodes`` over a config's ``seeds`` (and ``--seeds`` over its ``episodes``): what is played and what the
+    results record agree, rather than seeds silently winning over the flag."""
+    config = tmp_path / "c.yaml"
+    config.write_text("seeds: 0-4\nepisodes: null\n")
+    for flag, played in ((["--episodes", "3"], 3), (["--seeds", "1-2", "--set", "episodes=7"], 2)):
+        out = tmp_path / f"{played}.json"
+        code, _, err = run_cli("eval", "--agent", "random", "--condition", "in-dist", "--config", str(config), *flag,
+                               "--set", "references=[]", "--output", str(out), "--quiet")
+        assert code == 0, err
+        results = orjson.loads(out.read_bytes())
+        assert results["conditions"]["in-dist"]["episodes"] == played
+        assert (results["config"]["episodes"], results["config"]["seeds"]) == ((3, None) if played == 3 else (None, "1-2"))
 
 
 @pytest.mark.parametrize("args, needle", [

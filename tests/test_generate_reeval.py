@@ -167,6 +167,8 @@ def test_reeval_of_the_same_weeks_in_another_order_gives_the_same_intervals(tmp_
         assert run_cli("reeval", "--jsonl", str(path), "--output", str(summary), "--quiet", "--set", "baselines=[]")[0] == 0
         groups.append(orjson.loads(summary.read_bytes())["groups"])
     assert groups[0] == groups[1] and groups[0][0]["final_score"]["ci95"][0] < groups[0][0]["final_score"]["mean"]
+    recorded = orjson.loads((tmp_path / "backwards.json").read_bytes())["config"]  # what decided the flags
+    assert recorded["jsonl"] == str(backwards) and recorded["baselines"] == [] and recorded["tolerance"] == 1e-6
 
 
 def test_reeval_gives_each_model_its_row_and_counts_a_week_once(tmp_path: Path, run_cli) -> None:

@@ -123,3 +123,13 @@ def test_eval_holds_its_episodes_lock(run_cli, tmp_path: Path) -> None:
                                  "--output", str(results), "--quiet")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "r.episodes.jsonl is being written" in err
     assert episodes.read_bytes() == b"{}\n" and not results.exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no file can be made")
+def test_a_place_no_lock_can_be_made_in_is_said_as_such_not_as_another_run() -> None:
+    from rhythm.errors import RhythmError
+
+    with pytest.raises(RhythmError, match=r"cannot write beside /proc/rhythm-test\.jsonl: .*\(/proc/\.rhythm-test\.jsonl\.lock\)") as err:
+        with output_lock("/proc/rhythm-test.jsonl"):
+            pass
+    assert not isinstance(err.value, OutputLocked)

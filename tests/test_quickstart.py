@@ -417,6 +417,9 @@ def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when
     ({"grpo": {**MINI["grpo"], "reward_weights": [1.0, 2.0]}}, "quickstart grpo: reward_weights has 2 values for 1"),
     ({"sft": {**MINI["sft"], "val_fraction": 1.0}}, "quickstart sft: val_fraction=1.0"),
     ({"dagger": DaggerStage(config="configs/sft-tiny-dagger.yaml", seeds="5512-x")}, "malformed seed range '5512-x'"),
+    # the teacher stage's: a finished run's data was cleared before the typo was refused
+    ({"seeds": "0-3,"}, "malformed seed range '0-3,'"),
+    ({"concurrency": 0}, "--concurrency and chunk must be >= 1"),
 ])
 def test_every_stages_settings_are_checked_before_the_first_stage(tmp_path: Path, over, needle) -> None:
     """A bad key for a late stage stops the run at once, not after the teacher and SFT stages (minutes)."""

@@ -40,7 +40,7 @@ def eval_command(
     """
     from rhythm.cli.report import print_eval_table
     from rhythm.cli.ui import err_console, progress_bars
-    from rhythm.config import load_config
+    from rhythm.config import NULL, load_config
     from rhythm.eval.evaluate import EvalConfig, run_eval, validate
 
     if episodes is not None and seeds is not None:
@@ -49,7 +49,10 @@ def eval_command(
              "split": split, "llm.base_url": base_url, "llm.concurrency": concurrency}
     if batch_size is not None:
         given["model.batch_size"] = batch_size
-    cfg = load_config(EvalConfig, config, overrides(given, set_))
+    chosen = overrides(given, set_)
+    if episodes is not None or seeds is not None:  # the command line wins over a config's (or --set's) other one
+        chosen["seeds" if episodes is not None else "episodes"] = NULL
+    cfg = load_config(EvalConfig, config, chosen)
     validate(cfg)
     with progress_bars(disable=quiet) as bars:
         results, path, ep_path = run_eval(cfg, progress_factory=bars, wait_lock=wait_lock, resume=resume,

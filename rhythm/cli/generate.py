@@ -40,6 +40,8 @@ def generate_command(
     """
     from rhythm.cli.ui import err_console, progress_bars
     from rhythm.config import load_config
+    from rhythm.errors import RhythmError
+    from rhythm.model.llm_client import PROVIDERS
     from rhythm.teacher.generate import GenerateConfig, generate, summary_line, validate
 
     given = {"teacher": teacher, "seeds": seeds, "condition": condition, "split": split, "output": output,
@@ -47,6 +49,12 @@ def generate_command(
              "llm.endpoint": endpoint, "llm.deployment": deployment, "llm.api_version": api_version,
              "llm.max_cost_usd": max_cost_usd}
     cfg = load_config(GenerateConfig, config, overrides(given, set_))
+    chat_flags = {"--model": model, "--base-url": base_url, "--endpoint": endpoint, "--deployment": deployment,
+                  "--api-version": api_version, "--max-cost-usd": max_cost_usd}
+    stray = [flag for flag, value in chat_flags.items() if value is not None]
+    if stray and cfg.teacher.partition(":")[0].strip().lower() not in PROVIDERS:  # a forgotten --teacher openai
+        raise RhythmError(f"{', '.join(stray)} set{'s' if len(stray) == 1 else ''} up a chat-model teacher (--teacher "
+                          f"openai or azure); the {cfg.teacher} teacher would ignore it")
     validate(cfg)
     with progress_bars(disable=quiet) as bars:
         state: dict = {}

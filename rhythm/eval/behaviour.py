@@ -20,7 +20,7 @@ import numpy as np
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.grader import week_truth
-from rhythm.records import graded_belief, read_episodes, score_field
+from rhythm.records import file_list, graded_belief, read_episodes, score_field
 
 
 def meter_crashes(record: dict[str, Any]) -> np.ndarray:
@@ -97,7 +97,7 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
 def label(files: str, depth: int = 1) -> str:
     """An agent's name in the table: the folder of its episodes file (``runs/eval/sft/eval_results_v2.episodes.jsonl``
     -> ``sft``), or the file's name when it is not eval's; with ``depth`` d, the last d parts of that path."""
-    path = Path(files.split(",")[0])
+    path = Path((file_list(files) or [files])[0])
     parts = path.parent.parts if path.name.endswith(".episodes.jsonl") and path.parent.name else path.parts
     return "/".join(parts[-depth:])
 
@@ -117,7 +117,7 @@ def labels(files: Sequence[str]) -> list[str]:
 
 def behaviour_of(files: Sequence[str]) -> str:
     """:func:`behaviour_table` of each episodes file (several joined with commas count as one agent)."""
-    profiles = [behaviour_profile(r for path in f.split(",") for _, r in read_episodes(path)) for f in files]
+    profiles = [behaviour_profile(r for path in file_list(f) for _, r in read_episodes(path)) for f in files]
     for f, profile in zip(files, profiles, strict=True):
         if not profile:
             raise RhythmError(f"no weeks in {f}")

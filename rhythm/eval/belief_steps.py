@@ -20,7 +20,7 @@ from rhythm.errors import RhythmError
 from rhythm.eval.plots import belief_errors
 from rhythm.eval.stats import bootstrap_ci, ci_text, mean_ci
 from rhythm.grader import prior_mae_beside
-from rhythm.records import read_episodes
+from rhythm.records import file_list, read_episodes
 
 DEFAULT_STEPS = (1, 4, 8, 16, EPISODE_STEPS)
 
@@ -79,7 +79,7 @@ def _over(a: float, b: float) -> float:
 
 def belief_steps_of(files: str, steps: tuple[int, ...]) -> dict[str, BeliefSteps]:
     """:func:`belief_steps` of each condition (the benchmark's order) in ``files`` (comma-separated JSONL paths)."""
-    errors = belief_errors([pair for path in files.split(",") for pair in read_episodes(path)])
+    errors = belief_errors([pair for path in file_list(files) for pair in read_episodes(path)])
     if not errors:
         raise RhythmError(f"no weeks in {files}")
     return {c: belief_steps(*errors[c], steps) for c in sorted(errors, key=lambda c: (CONDITIONS + (c,)).index(c))}

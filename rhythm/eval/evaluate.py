@@ -48,7 +48,7 @@ from rhythm.records import (
     iter_jsonl,
     sidecar_path,
 )
-from rhythm.seeds import format_seeds, parse_seeds
+from rhythm.seeds import MAX_SEEDS, format_seeds, parse_seeds
 
 DEFAULT_EPISODES: dict[str, int] = {"in-dist": 100, "ood": 50, "discrete": 15}
 """Eval sizes: 100 in-dist, 50 ood, 5 per discrete profile."""
@@ -104,8 +104,8 @@ def eval_seeds(cfg: EvalConfig, condition: str) -> list[int]:
     if cfg.seeds is not None:  # given, even empty: parse_seeds says what is wrong with it
         return sorted(parse_seeds(cfg.seeds))  # in order, as the results record them: one interval however they are typed
     n = cfg.episodes if cfg.episodes is not None else DEFAULT_EPISODES[condition]
-    if n < 1:
-        raise RhythmError(f"--episodes must be >= 1, got {n}")
+    if not 1 <= n <= MAX_SEEDS:
+        raise RhythmError(f"--episodes must be in 1..{MAX_SEEDS:,}, got {n}")
     return list(range(n))
 
 
@@ -116,6 +116,8 @@ def eval_weeks(cfg: EvalConfig) -> list[tuple[str, str, int]]:
 
 def validate(cfg: EvalConfig) -> None:
     """Fail fast, before any episode is played, on names and seeds that cannot work."""
+    if cfg.episodes is not None and cfg.seeds is not None:  # seeds would win, and the results record both
+        raise RhythmError(f"give episodes ({cfg.episodes}: seeds 0..N-1) or seeds ({cfg.seeds}), not both")
     for condition in conditions_of(cfg.condition):
         eval_seeds(cfg, condition)
     if cfg.split not in SPLITS:
@@ -127,6 +129,9 @@ def validate(cfg: EvalConfig) -> None:
         raise RhythmError(f"unknown grader {cfg.grader!r}; expected one of {', '.join(GRADERS)}")
     if str(cfg.output).strip() == "-":
         raise RhythmError("eval writes a results file and an episodes file beside it; give --output a path, not -")
+    if str(cfg.output).endswith(".jsonl"):  # another eval's episodes file, or a name this one's would clash with
+        raise RhythmError(f"--output {cfg.output} is the results JSON (its weeks go beside it as NAME.episodes.jsonl); "
+                          "give a .json name")
     check_output(cfg.output)
 
 
@@ -251,13 +256,18 @@ LLM_BATCH_WAVES = 4
 weeks, each written as it finishes (a killed run loses one batch); their replies do not depend on the batch."""
 
 
-def play_batch_size(cfg: EvalConfig, name: str) -> int | None:
+SCRIPTED_BATCH = 256
+"""Weeks a scripted agent (bayes, heuristic, a plugin...) plays in lockstep: its weeks do not depend on the batch, and
+a bounded one keeps memory flat and writes the partial file as it goes (a killed run keeps what it played)."""
+
+
+def play_batch_size(cfg: EvalConfig, name: str) -> int:
     """Weeks one agent plays in lockstep: ``model.batch_size`` for ``model:`` agents, a few waves of requests for
-    LLM agents, all of a condition for the scripted ones."""
+    LLM agents, :data:`SCRIPTED_BATCH` for the scripted ones."""
     kind = name.partition(":")[0]
     if kind == "model":
         return cfg.model.batch_size
-    return cfg.llm.concurrency * LLM_BATCH_WAVES if kind in ("openai", "azure") else None
+    return cfg.llm.concurrency * LLM_BATCH_WAVES if kind in ("openai", "azure") else SCRIPTED_BATCH
 
 
 def model_weights(cfg: EvalConfig, names: list[str]) -> dict[str, str | None]:

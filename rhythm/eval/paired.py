@@ -25,7 +25,7 @@ from rhythm.env.constants import METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.eval.behaviour import meter_crashes
 from rhythm.eval.stats import bootstrap_ci, ci_text, mean_ci, paired_win_rate
-from rhythm.records import read_episodes, score_field
+from rhythm.records import file_list, read_episodes, score_field
 
 Key = tuple[str, str, int]
 """An episode's person: condition, split, seed."""
@@ -148,7 +148,7 @@ def final_scores_of(files: str, metric: str = "final_score") -> tuple[dict[Key, 
     """:func:`final_scores` of the episodes in ``files`` (comma-separated JSONL paths), and their env version; weeks
     that all lack the metric (an agent that states no belief, for ``belief_mae``) are named as such, not as people
     not shared."""
-    records = [r for path in files.split(",") for _, r in read_episodes(path)]
+    records = [r for path in file_list(files) for _, r in read_episodes(path)]
     if not records:
         raise RhythmError(f"{files}: no weeks")
     values = final_scores(records, metric, files)  # which also holds the side to one env version
@@ -159,6 +159,8 @@ def final_scores_of(files: str, metric: str = "final_score") -> tuple[dict[Key, 
 
 def read_sides(files: list[str], metric: str = "final_score") -> list[dict[Key, float]]:
     """:func:`final_scores_of` of each side; sides of different env versions are refused (:func:`env_version_of`)."""
+    if sum(file_list(f).count("-") for f in files) > 1:
+        raise RhythmError("stdin (-) can be read only once; give the other sides as files")
     read = [final_scores_of(f, metric) for f in files]
     versions = {version for _, version in read}
     if len(versions) > 1:

@@ -52,6 +52,8 @@ PUBLISHED_STUDENT_BELIEF_MAE: dict[str, float] = {"in-dist": 0.216, "ood": 0.263
 
 LOG_FILE = "training_log.jsonl"
 PLOT_CONFIG = "plot_config.yaml"
+FIGURES = ("final_scores.png", "belief_accuracy.png", "training_loss.png")
+"""What ``rhythm plot`` draws into its ``--out`` folder, each when its inputs are given."""
 
 _FIXED_COLORS = {
     display_name(agent): color
@@ -632,6 +634,8 @@ def make_plots(cfg: PlotConfig) -> PlotSummary:
         summary.written.append(plot_training(logs, out / "training_loss.png", cfg.dpi))
     else:
         summary.notes.append("no --log given: training_loss.png not written")
+    summary.notes += [f"{out / name} is an earlier plot's: this one did not draw it"
+                      for name in FIGURES if (out / name).exists() and out / name not in summary.written]
     write_config(cfg, out / PLOT_CONFIG, made_by(  # what the images were drawn from, beside them
         stage="plot", written=[p.name for p in summary.written], notes=summary.notes))
     return summary

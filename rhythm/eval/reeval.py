@@ -21,7 +21,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import ProgressFn, play, week_score
 from rhythm.agents.episodes import replay as replay_actions
 from rhythm.agents.registry import make_agent
-from rhythm.config import NonNegative
+from rhythm.config import NonNegative, config_dict
 from rhythm.env.batched import BatchedRhythmEnv
 from rhythm.env.constants import ACTION_INDEX, ENV_VERSION, EPISODE_STEPS, N_SLOTS
 from rhythm.errors import RhythmError
@@ -180,6 +180,7 @@ def reeval(cfg: ReevalConfig, progress_factory: Callable[[str, int], ProgressFn]
         groups[(r.condition, r.split, r.agent)].append(r)
     summary: dict[str, Any] = {
         "jsonl": cfg.jsonl,
+        "config": config_dict(cfg),  # tolerance decides what is flagged
         "env_version": ENV_VERSION,
         "versions": versions(),
         "episodes": len(replayed),

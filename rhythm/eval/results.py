@@ -90,7 +90,7 @@ class EvalResults(BaseModel):
         """Read and check a results file; a file of another shape is a one-line error."""
         path = Path(path)
         if not path.is_file():
-            raise RhythmError(f"file not found: {path}")
+            raise RhythmError(f"{path} is a folder; give its eval_results_v2.json" if path.is_dir() else f"file not found: {path}")
         try:
             data = orjson.loads(path.read_bytes())
         except orjson.JSONDecodeError as err:

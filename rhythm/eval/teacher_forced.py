@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rhythm.agents.filtering import filtered_weeks
-from rhythm.env.constants import ACTIONS, EPISODE_STEPS, METER_ABBREV, N_METERS
+from rhythm.env.constants import ACTIONS, CONDITIONS, EPISODE_STEPS, METER_ABBREV, N_METERS
 from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, prior_mae, week_truth
@@ -185,6 +185,8 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if condition is not None and condition not in CONDITIONS:
+        raise RhythmError(f"unknown condition {condition!r}; expected one of {', '.join(CONDITIONS)}")
     found = [(where, r) for where, r in read_episodes(episodes) if condition in (None, r["condition"])]
     if not found:
         raise RhythmError(f"no weeks in {episodes}" + (f" for condition {condition}" if condition else ""))

@@ -111,7 +111,7 @@ def check_shared(cfg: Any) -> None:
         check_output(cfg.output_dir, inputs=[*data_paths(cfg), *models], folder=True, what="output_dir")
         for path in data_paths(cfg):
             if path != "-" and not Path(path).is_file():
-                raise RhythmError(f"file not found: {path}")
+                raise RhythmError(f"{path} is a folder; give its JSONL files" if Path(path).is_dir() else f"file not found: {path}")
         if "-" in data_paths(cfg) and world_size() > 1:
             raise RhythmError(f"data=- (stdin) under a launcher of {world_size()} processes: each would read part of "
                               "the stream; give a file")

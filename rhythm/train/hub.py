@@ -480,7 +480,11 @@ def upload(
                               f"(--files {folder}/*.jsonl), or upload the folder to a model repo (--repo-type model)")
     notes = [note for folder in folders if (note := local_base_note(folder))]
     readme: str | None = None
-    new_stats = {p.name: episode_stats([p]) for p in jsonl} if card and repo_type == "dataset" else {}  # bad data fails here
+    read = {p: episode_stats([p]) for p in jsonl} if card and repo_type == "dataset" else {}  # bad data fails here
+    empty = [str(p) for p, stats in read.items() if not stats["episodes"]]
+    if empty:  # its card would say 0 / 0 (--no-card uploads any JSONL as it is)
+        raise RhythmError(f"{', '.join(empty)}: no episodes; a dataset card describes episode files that hold some")
+    new_stats = {p.name: stats for p, stats in read.items()}
     if card and repo_type == "model":
         readme = next((c for c in (model_card(repo_id, d) for d in folders) if c), None)
     token = require_token()

@@ -105,6 +105,19 @@ def test_seeds_typed_in_another_order_give_the_same_results() -> None:
     assert typed[0].conditions == typed[1].conditions and typed[0].conditions["in-dist"].seeds == "0-5"
 
 
+def test_scripted_agents_play_in_bounded_batches_with_the_same_weeks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted agent's weeks do not depend on its batch: a bounded one (memory, a partial file that fills as it
+    plays) gives the results of one batch a condition."""
+    import rhythm.eval.evaluate as evaluation
+
+    cfg = EvalConfig(agent="bayes", condition="discrete", episodes=5, references=["heuristic"])
+    whole = evaluate(cfg)
+    batches: list[int] = []
+    monkeypatch.setattr(evaluation, "SCRIPTED_BATCH", 2)
+    small = evaluate(cfg, on_records=lambda name, condition, records: batches.append(len(records)) if name == "bayes" else None)
+    assert small.conditions == whole.conditions and batches == [2, 2, 1]
+
+
 def test_the_priors_error_is_on_the_episodes_whose_belief_error_is_reported() -> None:
     """A week that states no last belief has no belief error; the prior's error beside it leaves that week out too,
     so their ratio compares the same people (and all weeks count when none stated a belief)."""

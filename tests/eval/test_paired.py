@@ -171,6 +171,9 @@ def test_the_command_pairs_real_episode_files(two_agents, run_cli):
         b = {r["seed"]: r["score"]["final_score"] for r in records["bayes"] if r["condition"] == cond}
         mean = sum(b[s] - h[s] for s in h) / len(h)
         assert line.split()[1] == "4" and float(line.split()[2]) == pytest.approx(mean, abs=5e-4)
+    # a trailing comma (a list built in a shell loop) is no empty path read as the folder "."
+    again = run_cli("analyze", "paired", f"{paths['heuristic'][0]},", ",".join(map(str, paths["bayes"])) + ",")
+    assert again[0] == 0 and again[1].splitlines() == out
 
 
 def test_the_per_meter_crashes_add_up_to_the_envs_count_and_the_belief_metric_pairs_the_graders(two_agents, tmp_path,

@@ -213,6 +213,18 @@ def test_a_loss_that_stopped_being_a_number_is_said_not_dropped(tmp_path: Path) 
             "run?); the curve leaves them out") in summary.notes
 
 
+def test_a_figure_left_by_an_earlier_plot_in_the_folder_is_named(tmp_path: Path) -> None:
+    """A plot into a folder that an earlier one drew other figures into says which are not its own."""
+    out = tmp_path / "plots"
+    log = write_log(tmp_path / "sft", SFT_LOG)
+    first = make_plots(PlotConfig(logs=[str(log)], out=str(out), dpi=40))
+    assert [p.name for p in first.written] == ["training_loss.png"] and not any("earlier" in n for n in first.notes)
+    stale = out / "belief_accuracy.png"
+    stale.write_bytes(b"drawn by an earlier plot")
+    again = make_plots(PlotConfig(logs=[str(log)], out=str(out), dpi=40))
+    assert f"{stale} is an earlier plot's: this one did not draw it" in again.notes and stale.exists()
+
+
 @pytest.mark.parametrize(
     "setup, needle",
     [

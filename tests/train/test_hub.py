@@ -114,6 +114,7 @@ def test_a_hub_busy_for_a_moment_is_tried_again(hub, tmp_path, teacher, status, 
         (["--files", "{teacher}", "--repo", "tester/x", "--repo-type", "space"], "--repo-type must be dataset or model"),
         (["--files", "{broken}", "--repo", "tester/x"], "broken.jsonl:2: not valid JSON"),
         (["--files", "{folder}", "--repo", "tester/x"], "is a folder; a dataset repo takes episode files: name them"),
+        (["--files", "{empty}", "--repo", "tester/x"], "empty.jsonl: no episodes"),
     ],
 )
 def test_upload_bad_input_exits_2_with_one_line(hub, tmp_path, teacher, args, message):
@@ -121,7 +122,8 @@ def test_upload_bad_input_exits_2_with_one_line(hub, tmp_path, teacher, args, me
     broken.write_bytes(teacher[0].read_bytes().splitlines()[0] + b"\n{oops\n")
     (tmp_path / "weeks").mkdir()
     (tmp_path / "weeks" / "t.jsonl").write_bytes(teacher[0].read_bytes())
-    args = [a.format(teacher=teacher[0], broken=broken, folder=tmp_path / "weeks") for a in args]
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    args = [a.format(teacher=teacher[0], broken=broken, folder=tmp_path / "weeks", empty=tmp_path / "empty.jsonl") for a in args]
     code, out, err = rhythm(hub, tmp_path, "upload", *args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and message in err, err
