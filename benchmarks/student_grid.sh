@@ -85,6 +85,8 @@ row() {
     # and QX (the exploring teacher) ran knobs since removed; commit 6d1824e is the last that runs them.
     Q60) stage2 Q60 60 ;;                                                        # lr 1e-3 constant
     Q120) stage2 Q120 120 --set lr_scheduler_type=cosine ;;
+    Q120c) stage2 Q120c 120 ;;                                                   # constant
+    Q120c5) stage2 Q120c5 120 --set learning_rate=5e-4 ;;                        # constant, lr 5e-4
     Q180) stage2 Q180 180 --set lr_scheduler_type=cosine ;;
     # GRPO (episode mode, 12 steps) from Q120 with a per-turn belief reward beside the week's score (row Q120 first)
     QG1|QG3) $R grpo --config configs/grpo-tiny-episode.yaml --data "$WORK/t4800.jsonl" --model "$WORK/r/Q120" --set adapter=null \
@@ -106,6 +108,7 @@ row() {
          ev "ECHOs$s" all ;;
     # configs/sft-small.yaml: 4 layers, 32,000 whole weeks (bs 16 x 2,000) from 12,000
     G) data 12000 && $R sft --config configs/sft-small.yaml --data "$WORK/t12000.jsonl" -o "$WORK/r/G" --quiet \
+         --set observation_loss=0 --set echo_loss=0 \
          > "$WORK/r/G.log" 2>&1 && ev G all ;;
     # scale: whole weeks, 4 layers without numeric init, batch 64, read at 16,000 / 32,000 / 48,000 weeks seen
     W) data 16000 && $R sft --config configs/sft-tiny.yaml --model "$WORK/m/base" --data "$WORK/t16000.jsonl" -o "$WORK/r/W" \
@@ -116,7 +119,7 @@ row() {
   esac
 }
 
-ROWS=" A B C D E F H R P1 P2 P3 S Q Q60 Q120 Q180 QG1 QG3 O OBS10 OBS30 OBS100 ECHO G W "
+ROWS=" A B C D E F H R P1 P2 P3 S Q Q60 Q120 Q120c Q120c5 Q180 QG1 QG3 O OBS10 OBS30 OBS100 ECHO G W "
 for r in "$@"; do  # before any data is made (ROWS: the labels of row's case, kept in step with it)
   [[ "$ROWS" == *" $r "* ]] || { echo "unknown row $r (rows:$ROWS)" >&2; exit 2; }
 done

@@ -110,7 +110,7 @@ def test_scripted_agents_play_in_bounded_batches_with_the_same_weeks(monkeypatch
     plays) gives the results of one batch a condition."""
     import rhythm.eval.evaluate as evaluation
 
-    cfg = EvalConfig(agent="bayes", condition="discrete", episodes=5, references=["heuristic"])
+    cfg = EvalConfig(agent="bayes", condition="discrete", episodes=5, references=["heuristic", "random", "oracle"])
     whole = evaluate(cfg)
     batches: list[int] = []
     monkeypatch.setattr(evaluation, "SCRIPTED_BATCH", 2)
