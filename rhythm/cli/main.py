@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-try:  # typer >= 0.20 vendors click
+try:  # typer >= 0.26 vendors click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer on real click
     from click.exceptions import NoArgsIsHelpError, UsageError

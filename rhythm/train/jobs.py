@@ -60,7 +60,7 @@ REDACTED = "***"
 
 RUN_SCRIPT = '''\
 # /// script
-# requires-python = ">=3.10"
+# requires-python = ">=3.11"
 # dependencies = [
 {deps}
 # ]
