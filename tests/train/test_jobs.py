@@ -28,7 +28,8 @@ def teacher(tmp_path_factory):
 
 def pep723(script: str) -> dict:
     """The PEP 723 metadata block, parsed as the PEP's reference implementation does."""
-    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    import tomllib
+
     m = re.search(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$", script)
     assert m and m.group("type") == "script"
     content = "".join(line[2:] if line.startswith("# ") else line[1:] for line in m.group("content").splitlines(keepends=True))
