@@ -211,8 +211,9 @@ def run_stage(
     clears: tuple[Path, ...] = (),
 ) -> StageResult:
     """Run ``fn`` unless the stamp says the same code, env, config and inputs already produced ``outputs``;
-    ``root``: the quickstart's folder, which paths in the stamp are relative to. ``clears``: what ``fn`` writes,
-    removed before it runs (refused when no stage of a quickstart made it), except after a run of the same stage
+    ``root``: the quickstart's folder, which paths in the stamp are relative to. An output or a cleared path that no
+    stage of a quickstart made (no stamp) is refused, never written over. ``clears``: what ``fn`` writes, removed
+    before it runs, except after a run of the same stage
     with the same stamp was interrupted (its pending stamp says so): ``fn`` then goes on from what that one wrote."""
     new = _stamp(config, inputs, root)
     stamp, pending = stamp_dir / STAMP, stamp_dir / PENDING
@@ -232,10 +233,11 @@ def run_stage(
             return StageResult(name, True, 0.0, {k: str(v) for k, v in outputs.items()}, info)
         why = f"{stale}: rerunning"
     if not interrupted:
-        ours = stamp.exists() or pending.exists()
+        if not (stamp.exists() or pending.exists()):  # what it would write over, or clear, is someone else's
+            found = [path for path in (*clears, *outputs.values()) if path.exists() or path.is_symlink()]
+            if found:
+                raise RhythmError(f"{found[0]} exists and no quickstart stage made it; move it away or give another --out")
         for path in (p for p in clears if p.exists() or p.is_symlink()):
-            if not ours:
-                raise RhythmError(f"{path} exists and no quickstart stage made it; move it away or give another --out")
             remove(path)
     say(f"[{name}] {why}")
     stamp.unlink(missing_ok=True)
@@ -361,6 +363,12 @@ def check_stages(cfg: QuickstartConfig) -> None:
                 continue
             try:
                 stage = load_config(cls, path, over)
+                if stage.jobs.flavor:  # the stages run here, one after another
+                    raise RhythmError(f"jobs.flavor={stage.jobs.flavor}: the quickstart runs its stages on this machine; "
+                                      "submit a stage to Hugging Face Jobs with rhythm sft/grpo --flavor")
+                if name == "sft" and not stage.use_peft and cfg.grpo.get("use_peft"):
+                    raise RhythmError("grpo.use_peft: the SFT student is full weights, which GRPO refines whole "
+                                      "(use_peft in the sft section trains an adapter for GRPO to go on with)")
                 # the stage's own checks, on what the quickstart sets: its data, its folder and (GRPO) its start
                 stage = replace(stage, output_dir=str(Path(tmp) / name),
                                 data=str(teacher) if cls is SFTRunConfig or data_paths(stage) else stage.data)
@@ -375,6 +383,11 @@ def check_stages(cfg: QuickstartConfig) -> None:
                                          concurrency=cfg.concurrency, resume=True))
     if cfg.dagger.config is not None:
         parse_seeds(cfg.dagger.seeds)
+    elif cfg.dagger != DaggerStage():
+        raise RhythmError("dagger settings without dagger.config: no DAgger stage runs (name its SFT config, e.g. "
+                          "configs/sft-tiny-dagger.yaml)")
+    if cfg.openings_config is None and cfg.openings:
+        raise RhythmError("openings settings without openings_config: no stage 1 runs")
     for ref in cfg.references:
         check_agent_spec(ref)
     unknown = [c for c in cfg.eval_episodes if c not in CONDITIONS]
@@ -387,7 +400,7 @@ def check_stages(cfg: QuickstartConfig) -> None:
 def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: bool) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_config(cfg, out / "quickstart_config.yaml", {"versions": versions(), "created_at": now_iso()})
+    started_at = now_iso()  # quickstart_config.yaml is written with the summary: a failed run leaves the last one's
     stages: list[StageResult] = []
 
     # 1. teacher data
@@ -548,6 +561,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         "versions": versions(),
         "seconds": round(sum(s.seconds for s in stages), 1),
     }
+    write_config(cfg, out / "quickstart_config.yaml", {"versions": versions(), "created_at": started_at})
     (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     (out / "summary.md").write_text(
         "# rhythm quickstart\n\n" + table + "\n\n" + "\n".join(f"- {s}" for s in sentences) + "\n\n"

@@ -247,6 +247,14 @@ def test_an_interrupted_stage_goes_on_from_what_it_wrote_and_other_folders_are_l
         stage({"k": 2}, fail=True)  # stale: cleared, then killed
     assert stage({"k": 3}) is False and out.read_text() == "week\n"  # another stamp than the killed run's: cleared
 
+    # a stage that clears nothing (a plot, an eval) writes over no file it did not make either
+    figure = tmp_path / "plots" / "final_scores.png"
+    figure.parent.mkdir()
+    figure.write_text("the user's own figure")
+    with pytest.raises(RhythmError, match=r"final_scores.png exists and no quickstart stage made it"):
+        run_stage("plot", figure.parent, {}, [], {"png": figure}, lambda: figure.write_text("drawn"), said.append, tmp_path)
+    assert figure.read_text() == "the user's own figure"
+
 
 def test_an_interrupted_training_stage_resumes_from_its_newest_checkpoint(tmp_path: Path) -> None:
     """SFT and GRPO stages go on from the newest checkpoint a killed run of theirs saved (a resumed run ends as an
@@ -420,6 +428,11 @@ def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when
     # the teacher stage's: a finished run's data was cleared before the typo was refused
     ({"seeds": "0-3,"}, "malformed seed range '0-3,'"),
     ({"concurrency": 0}, "--concurrency and chunk must be >= 1"),
+    # settings the quickstart would ignore, or undo, while recording them
+    ({"grpo": {**MINI["grpo"], "jobs": {"flavor": "a10g-large"}}}, "quickstart grpo: jobs.flavor=a10g-large: the quickstart runs"),
+    ({"grpo": {**MINI["grpo"], "use_peft": True}}, "quickstart sft: grpo.use_peft: the SFT student is full weights"),
+    ({"dagger": DaggerStage(copies=3)}, "dagger settings without dagger.config: no DAgger stage runs"),
+    ({"openings_config": None, "sft_config": "configs/sft-tiny-weeks.yaml"}, "openings settings without openings_config"),
 ])
 def test_every_stages_settings_are_checked_before_the_first_stage(tmp_path: Path, over, needle) -> None:
     """A bad key for a late stage stops the run at once, not after the teacher and SFT stages (minutes)."""
@@ -427,3 +440,15 @@ def test_every_stages_settings_are_checked_before_the_first_stage(tmp_path: Path
     with pytest.raises(RhythmError, match=re.escape(needle)):
         quickstart(QuickstartConfig(out=str(tmp_path / "qs"), **{**MINI, **over}), say=said.append, quiet=True)
     assert said == [] and not (tmp_path / "qs").exists()
+
+
+def test_a_failed_quickstart_records_no_config_it_did_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """quickstart_config.yaml is written with the summary: a run that fails leaves the last finished run's (or none),
+    not settings that nothing in the folder was made with."""
+    def fail(cfg, **kwargs):
+        raise RhythmError("the teacher failed")
+
+    monkeypatch.setattr(rhythm.quickstart, "generate", fail)
+    with pytest.raises(RhythmError, match="the teacher failed"):
+        quickstart(QuickstartConfig(out=str(tmp_path / "qs"), **MINI), say=lambda line: None, quiet=True)
+    assert (tmp_path / "qs").is_dir() and not (tmp_path / "qs" / "quickstart_config.yaml").exists()

@@ -50,7 +50,7 @@ def overwritten_path(output_dir: str | Path) -> Path:
     """Where ``overwrite_output_dir`` keeps the run it replaces until the new one trains: ``.NAME.overwritten`` beside
     the folder. A run refused or failed before its first step puts it back (:func:`cleaned_on_failure`); one that
     begins training deletes it (:func:`train_or_finish`), so a refusal never loses the earlier run."""
-    out = Path(output_dir)
+    out = Path(output_dir).absolute()  # output_dir "." too: beside the folder, never inside it
     return out.parent / f".{out.name}.overwritten"
 
 
@@ -130,6 +130,9 @@ def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
     if done >= at and not longer:
         raise RhythmError(f"{checkpoint} is at step {at}, where the run finished; raise max_steps (or num_train_epochs) "
                           "to train on")
+    if 0 < cfg.max_steps < at:  # the model is past this run's length: its config would name steps it did not take
+        raise RhythmError(f"{checkpoint} is at step {at}, past max_steps={cfg.max_steps}; resume with max_steps >= {at}, "
+                          "or start afresh in another output_dir")
     if found is None:
         return
     before, now = (_comparable(flat_settings(c, RESUME_MAY_CHANGE)) for c in (settings, config_dict(cfg)))
@@ -232,10 +235,12 @@ def cleaned_on_failure(output_dir: str | Path) -> Iterator[None]:
     and fails before it trains puts that run back (:func:`overwritten_path`)."""
     path = Path(output_dir).absolute()
     missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    earlier = overwritten_path(path).exists()  # an earlier run's set-aside: the refusal names it, the user decides
     try:
         yield
     except BaseException:
-        put_back_overwritten(path)
+        if not earlier:
+            put_back_overwritten(path)
         for folder in missing:
             try:
                 folder.rmdir()

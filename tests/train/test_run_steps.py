@@ -14,7 +14,13 @@ from rhythm.config import write_config
 from rhythm.errors import RhythmError
 from rhythm.provenance import file_digest
 from rhythm.train.common import check_report_to, prepare_run
-from rhythm.train.run_folder import checkpoint_step, latest_checkpoint, overwritten_path, put_back_overwritten
+from rhythm.train.run_folder import (
+    checkpoint_step,
+    cleaned_on_failure,
+    latest_checkpoint,
+    overwritten_path,
+    put_back_overwritten,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,8 @@ def test_a_finished_run_is_not_resumed_past_its_max_steps(tmp_path: Path) -> Non
     assert prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
     (tmp_path / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 2}))  # an earlier leg's
     assert prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)[1].endswith("checkpoint-4")
+    with pytest.raises(RhythmError, match=r"checkpoint-4 is at step 4, past max_steps=2; resume with max_steps >= 4"):
+        prepare_run(Run(str(tmp_path), max_steps=2, resume_from_checkpoint="latest"), "sft", quiet=True)
     (tmp_path / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 4}))
     with pytest.raises(RhythmError, match=r"checkpoint-4 is at step 4, where the run finished; raise max_steps"):
         prepare_run(Run(str(tmp_path), max_steps=4, resume_from_checkpoint="latest"), "sft", quiet=True)
@@ -198,6 +206,22 @@ def test_a_run_set_aside_by_an_overwrite_that_was_killed_is_not_lost(tmp_path: P
     with pytest.raises(RhythmError, match=r"stopped before it trained, and the run it replaced is in .*\.run\.overwritten"):
         prepare_run(Run(str(run), overwrite_output_dir=True), "sft", quiet=True)
     assert [p.name for p in overwritten_path(run).iterdir()] == ["checkpoint-2"]
+    # refused as rhythm sft refuses it (inside cleaned_on_failure): the folder's new run is not traded for the old one
+    _checkpoint(run, 5)
+    with pytest.raises(RhythmError, match="stopped before it trained"), cleaned_on_failure(run):
+        prepare_run(Run(str(run), overwrite_output_dir=True), "sft", quiet=True)
+    assert [p.name for p in run.iterdir()] == ["checkpoint-5"] and overwritten_path(run).is_dir()
+
+
+def test_an_overwrite_of_the_current_folder_sets_the_run_aside_beside_it(tmp_path: Path, monkeypatch) -> None:
+    run = tmp_path / "run"
+    _checkpoint(run, 2)
+    monkeypatch.chdir(run)
+    assert overwritten_path(".") == tmp_path / ".run.overwritten"
+    prepare_run(Run(".", overwrite_output_dir=True), "sft", quiet=True)
+    assert list(run.iterdir()) == [] and [p.name for p in (tmp_path / ".run.overwritten").iterdir()] == ["checkpoint-2"]
+    put_back_overwritten(".")
+    assert [p.name for p in run.iterdir()] == ["checkpoint-2"]
 
 
 def test_overwriting_refuses_to_delete_the_runs_own_inputs(tmp_path: Path) -> None:
