@@ -157,16 +157,21 @@ def _stamp(config: Any, inputs: list[str | Path], root: Path) -> dict[str, Any]:
 
 def _under_out(value: Any, root: str) -> Any:
     """``value`` (a config's settings) with each path under the folder ``root`` written as ``<out>/...``: whole
-    values and the items of a comma-separated list, never text that merely contains the folder's name (``--out .``,
-    ``--out 2``, ``--out data``)."""
+    values, the items of a comma-separated list and an agent's path (``model:<out>/sft``), never text that merely
+    contains the folder's name (``--out .``, ``--out 2``, ``--out data``)."""
     if isinstance(value, dict):
         return {k: _under_out(v, root) for k, v in value.items()}
     if isinstance(value, list):
         return [_under_out(v, root) for v in value]
     if isinstance(value, str):
         base = root.rstrip("/")
-        return ",".join("<out>" + item[len(base):] if item == base or item.startswith(base + "/") else item
-                        for item in value.split(","))
+
+        def under(item: str) -> str:  # a path, or an agent's (model:PATH)
+            kind, colon, rest = item.partition(":")
+            prefix, path = (kind + colon, rest) if colon and kind.isidentifier() else ("", item)
+            return prefix + "<out>" + path[len(base):] if path == base or path.startswith(base + "/") else item
+
+        return ",".join(under(item) for item in value.split(","))
     return value
 
 

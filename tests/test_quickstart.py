@@ -330,10 +330,12 @@ def test_a_stamp_writes_paths_under_the_folder_as_out_and_nothing_else(root: str
     """``--out .`` (or 2, or data) once broke the stamp: the folder's name was replaced inside numbers and words."""
     under = root.rstrip("/") + "/"
     settings = {"learning_rate": 0.002, "max_steps": 120, "seeds": "0-2", "note": "data2 .2",
-                "data": f"{under}data/t.jsonl,other/t.jsonl", "output_dir": f"{under}sft", "eval": {"out": [f"{under}x"]}}
+                "data": f"{under}data/t.jsonl,other/t.jsonl", "output_dir": f"{under}sft", "eval": {"out": [f"{under}x"]},
+                "agent": f"model:{under}grpo", "other": "model:elsewhere/grpo", "time": "12:30"}
     assert rhythm.quickstart._under_out(settings, root) == {
         "learning_rate": 0.002, "max_steps": 120, "seeds": "0-2", "note": "data2 .2", "data": "<out>/data/t.jsonl,other/t.jsonl",
-        "output_dir": "<out>/sft", "eval": {"out": ["<out>/x"]}}
+        "output_dir": "<out>/sft", "eval": {"out": ["<out>/x"]}, "agent": "model:<out>/grpo",  # an eval stage's agent
+        "other": "model:elsewhere/grpo", "time": "12:30"}
 
 
 def test_a_stale_stage_names_the_changed_input(tmp_path: Path) -> None:
