@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pickle
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -246,13 +247,16 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(tok_source).expanduser()) if _has_tokenizer(tok_source) else tok_source)
         with no_loading_bars():
-            model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
-    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a weights file cut short
+            model, info = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, output_loading_info=True)
+    # SafetensorError: a weights file cut short; RuntimeError and UnpicklingError: a .bin cut short or not torch's,
+    # or a config whose sizes the weights do not have
+    except (OSError, ValueError, RuntimeError, SafetensorError, pickle.UnpicklingError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RhythmError(
             f"cannot load model {base!r} (from model:{path}): {first} "
             f"({HUB_HINT}; a local path must exist)"
         ) from None
+    check_loaded(model, tokenizer, info, f"model:{path}")
     if adapter is not None:
         model = load_adapter(model, resolved, name=path, base=base, trainable=False)
     finish_tokenizer(tokenizer, tok_source)
@@ -265,19 +269,45 @@ def load_model(path: str, options: ModelOptions, resolve: Callable[[str], str] =
     return model, tokenizer, source
 
 
+def check_loaded(model: Any, tokenizer: Any, info: dict[str, Any], name: str) -> None:
+    """Refuse, in one line, a model that would play as something else than its checkpoint: weights the config names
+    and the files lack (left random by transformers, with only a warning), a tokenizer with ids past the model's
+    embedding table (an IndexError mid-week), sliding-window attention (the lockstep player's cache cannot crop it:
+    a traceback some steps into the week)."""
+    missing = sorted({*info.get("missing_keys", ()), *(str(k[0]) if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys", ()))})
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise RhythmError(f"{name}: its weights lack or mismatch {', '.join(missing[:3])}{more} (the config names "
+                          "another shape than the files hold); it would play with those left random")
+    rows = model.get_input_embeddings().num_embeddings
+    top = max(tokenizer.get_vocab().values(), default=-1)
+    if top >= rows:
+        raise RhythmError(f"{name}: its tokenizer has ids up to {top}, its embedding table {rows} rows; a tokenizer "
+                          "of another model?")
+    if getattr(model.config, "use_sliding_window", False) or "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
+        raise RhythmError(f"{name} uses sliding-window attention, which rhythm's lockstep player does not support yet")
+
+
 def load_adapter(model: Any, adapter: str, *, name: str, base: str, trainable: bool) -> Any:
     """A PEFT LoRA adapter onto its loaded base: trainable (GRPO), or merged into it for inference."""
     from peft import PeftModel
     from safetensors import SafetensorError
 
     try:
-        with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
+        with warnings.catch_warnings(record=True) as said:  # peft calls a transformers method deprecated in v5
             warnings.simplefilter("ignore", FutureWarning)
-            if trainable:
-                return PeftModel.from_pretrained(model, adapter, is_trainable=True)
-            return PeftModel.from_pretrained(model, adapter).merge_and_unload()
+            warnings.simplefilter("always", UserWarning)
+            loaded = PeftModel.from_pretrained(model, adapter, is_trainable=trainable)
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as err:
         raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r}: {str(err).splitlines()[0]}") from None
+    lacking = [str(w.message).splitlines()[0] for w in said if "missing adapter keys" in str(w.message)]
+    if lacking:  # an adapter of another base: the layers it does not reach stay the base's, with only a warning
+        what = lacking[0] if len(lacking[0]) <= 160 else lacking[0][:157] + "..."
+        raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r} (is it that base's adapter?): {what}")
+    for w in said:  # what was not about the adapter's keys, as it would have been said
+        if "missing adapter keys" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return loaded if trainable else loaded.merge_and_unload()
 
 
 def finish_tokenizer(tokenizer: Any, source: str) -> Any:

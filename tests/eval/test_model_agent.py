@@ -399,6 +399,51 @@ def test_a_model_whose_weights_were_cut_short_is_one_line(tiny_student: Path, tm
         load_model(str(copy), ModelOptions(device="cpu"))
 
 
+def _edited_copy(tiny_student: Path, folder: Path, **config) -> Path:
+    shutil.copytree(tiny_student, folder)
+    settings = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**settings, **config}))
+    return folder
+
+
+def test_a_model_that_would_not_play_as_its_checkpoint_is_one_line(tiny_student: Path, tmp_path: Path) -> None:
+    """Weights the config names and the files lack (transformers leaves them random, with a warning), a tokenizer
+    past the embedding table (an IndexError mid-week), sliding-window attention (a traceback some steps in), an
+    adapter whose keys reach layers its base lacks: each refused before a week is played."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rhythm.model.load import load_model
+
+    deeper = _edited_copy(tiny_student, tmp_path / "deeper", num_hidden_layers=4, layer_types=["full_attention"] * 4)
+    with pytest.raises(RhythmError, match=r"model:.*deeper: its weights lack or mismatch model\.layers\.2\..* left random"):
+        load_model(str(deeper), ModelOptions(device="cpu"))
+    narrow = tmp_path / "narrow"
+    base = AutoModelForCausalLM.from_pretrained(tiny_student)
+    small = AutoModelForCausalLM.from_config(base.config.__class__(**{**base.config.to_dict(), "vocab_size": 500}))
+    small.save_pretrained(narrow)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tiny_student / name).exists():
+            shutil.copy(tiny_student / name, narrow / name)
+    with pytest.raises(RhythmError, match=r"its tokenizer has ids up to \d+, its embedding table 500 rows"):
+        load_model(str(narrow), ModelOptions(device="cpu"))
+    sliding = _edited_copy(tiny_student, tmp_path / "sliding", use_sliding_window=True, sliding_window=64,
+                           layer_types=["sliding_attention"] * 2)
+    with pytest.raises(RhythmError, match="uses sliding-window attention"):
+        load_model(str(sliding), ModelOptions(device="cpu"))
+    adapter = tmp_path / "adapter"
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter)
+    four = AutoModelForCausalLM.from_config(base.config.__class__(**{**base.config.to_dict(), "num_hidden_layers": 4,
+                                                                     "layer_types": ["full_attention"] * 4}))
+    four.save_pretrained(tmp_path / "four")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tiny_student / name).exists():
+            shutil.copy(tiny_student / name, tmp_path / "four" / name)
+    with pytest.raises(RhythmError, match=r"cannot load LoRA adapter .* \(is it that base's adapter\?\): Found missing adapter keys"):
+        load_model(str(adapter), ModelOptions(device="cpu", base_model=str(tmp_path / "four")))
+    assert load_model(str(adapter), ModelOptions(device="cpu", base_model=str(tiny_student)))[2].adapter == str(adapter)
+
+
 def test_a_model_under_home_written_with_a_tilde_loads(tiny_student: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A shell leaves ``model:~/x`` as typed (and YAML too): the folder loads, as every other check already read it,
