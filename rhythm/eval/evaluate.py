@@ -67,7 +67,7 @@ class EvalConfig:
     episodes: int | None = None
     """Episodes per condition (eval seeds 0..N-1); default in-dist 100, ood 50, discrete 15."""
     seeds: str | None = None
-    """Explicit eval-split seeds (e.g. 0-9); overrides episodes."""
+    """Explicit eval-split seeds (e.g. 0-9), instead of episodes (not both)."""
     split: str = "eval"
     """eval (the final table) | train: choose settings on train-split seeds that the SFT data did not
     use (e.g. --split train --seeds 100000-100099), keeping the eval split for the final table."""
