@@ -347,6 +347,10 @@ def evaluate(
     }
     if weights:
         results["weights"] = weights
+    runtime = {name: {"device": agent.source.device, "dtype": agent.source.dtype}  # what "auto" became on this machine
+               for name, agent in agents.items() if getattr(agent, "source", None) is not None}
+    if runtime:
+        results["runtime"] = runtime
     for condition in conditions_of(cfg.condition):
         seeds = eval_seeds(cfg, condition)
         specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]

@@ -98,6 +98,8 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
     res = orjson.loads(out.read_bytes())
     assert res["agent"] == f"model:{tiny_student}" and res["grader"] == "v3"
     assert res["weights"] == {f"model:{tiny_student}": weights_digest(str(tiny_student))}
+    # what "auto" became here (a GPU eval of the same config would say bfloat16 and cuda)
+    assert res["config"]["model"]["dtype"] == "auto" and res["runtime"] == {f"model:{tiny_student}": {"device": "cpu", "dtype": "float32"}}
     assert res["config"]["model"]["batch_size"] == 4 and res["config"]["model"]["max_new_tokens"] == 6
     assert set(res["conditions"]) == {"in-dist", "ood", "discrete"}
     for cond in res["conditions"].values():
