@@ -218,8 +218,8 @@ def run_stage(
     """Run ``fn`` unless the stamp says the same code, env, config and inputs already produced ``outputs``;
     ``root``: the quickstart's folder, which paths in the stamp are relative to. An output or a cleared path that no
     stage of a quickstart made (no stamp) is refused, never written over. ``clears``: what ``fn`` writes, removed
-    before it runs, except after a run of the same stage
-    with the same stamp was interrupted (its pending stamp says so): ``fn`` then goes on from what that one wrote."""
+    before it runs, except after a run of the same stage with the same stamp was interrupted (its pending stamp says
+    so): ``fn`` then goes on from what that one wrote."""
     new = _stamp(config, inputs, root)
     stamp, pending = stamp_dir / STAMP, stamp_dir / PENDING
     made_before = orjson.loads(pending.read_bytes()).get("made_from") if pending.exists() else None

@@ -41,8 +41,8 @@ def generate_command(
     from rhythm.cli.ui import err_console, progress_bars
     from rhythm.config import load_config
     from rhythm.errors import RhythmError
-    from rhythm.model.llm_client import PROVIDERS
     from rhythm.teacher.generate import GenerateConfig, generate, summary_line, validate
+    from rhythm.teacher.output import chat_teacher
 
     given = {"teacher": teacher, "seeds": seeds, "condition": condition, "split": split, "output": output,
              "concurrency": concurrency, "resume": resume or None, "llm.model": model, "llm.base_url": base_url,
@@ -52,7 +52,7 @@ def generate_command(
     chat_flags = {"--model": model, "--base-url": base_url, "--endpoint": endpoint, "--deployment": deployment,
                   "--api-version": api_version, "--max-cost-usd": max_cost_usd}
     stray = [flag for flag, value in chat_flags.items() if value is not None]
-    if stray and cfg.teacher.partition(":")[0].strip().lower() not in PROVIDERS:  # a forgotten --teacher openai
+    if stray and not chat_teacher(cfg.teacher):  # a forgotten --teacher openai
         raise RhythmError(f"{', '.join(stray)} set{'s' if len(stray) == 1 else ''} up a chat-model teacher (--teacher "
                           f"openai or azure); the {cfg.teacher} teacher would ignore it")
     validate(cfg)

@@ -274,11 +274,11 @@ def check_loaded(model: Any, tokenizer: Any, info: dict[str, Any], name: str) ->
     and the files lack (left random by transformers, with only a warning), a tokenizer with ids past the model's
     embedding table (an IndexError mid-week), sliding-window attention (the lockstep player's cache cannot crop it:
     a traceback some steps into the week)."""
-    missing = sorted({*info.get("missing_keys", ()), *(str(k[0]) if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys", ()))})
+    missing = sorted(info.get("missing_keys", ()))  # weights of another size raise while loading (not ignored)
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise RhythmError(f"{name}: its weights lack or mismatch {', '.join(missing[:3])}{more} (the config names "
-                          "another shape than the files hold); it would play with those left random")
+        raise RhythmError(f"{name}: its weights lack {', '.join(missing[:3])}{more} (the config names more than the "
+                          "files hold); it would play with those left random")
     rows = model.get_input_embeddings().num_embeddings
     top = max(tokenizer.get_vocab().values(), default=-1)
     if top >= rows:
@@ -294,19 +294,17 @@ def load_adapter(model: Any, adapter: str, *, name: str, base: str, trainable: b
     from safetensors import SafetensorError
 
     try:
-        with warnings.catch_warnings(record=True) as said:  # peft calls a transformers method deprecated in v5
+        with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
             warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("always", UserWarning)
+            # an adapter of another base: the layers it does not reach would stay the base's, with only this warning
+            warnings.filterwarnings("error", message="Found missing adapter keys", category=UserWarning)
             loaded = PeftModel.from_pretrained(model, adapter, is_trainable=trainable)
+    except UserWarning as err:
+        what = str(err).splitlines()[0]
+        what = what if len(what) <= 160 else what[:157] + "..."
+        raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r} (is it that base's adapter?): {what}") from None
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as err:
         raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r}: {str(err).splitlines()[0]}") from None
-    lacking = [str(w.message).splitlines()[0] for w in said if "missing adapter keys" in str(w.message)]
-    if lacking:  # an adapter of another base: the layers it does not reach stay the base's, with only a warning
-        what = lacking[0] if len(lacking[0]) <= 160 else lacking[0][:157] + "..."
-        raise RhythmError(f"cannot load LoRA adapter {name!r} onto {base!r} (is it that base's adapter?): {what}")
-    for w in said:  # what was not about the adapter's keys, as it would have been said
-        if "missing adapter keys" not in str(w.message):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return loaded if trainable else loaded.merge_and_unload()
 
 

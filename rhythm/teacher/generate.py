@@ -27,7 +27,7 @@ from rhythm.locking import output_lock
 from rhythm.records import check_output, dumps
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.llm_generate import generate_llm, target_of
-from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
+from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, chat_teacher, data_hash, open_output
 from rhythm.workers import worker_pool
 
 __all__ = ["GenerateConfig", "GenerateSummary", "generate", "summary_line", "validate"]
@@ -44,7 +44,7 @@ def validate(cfg: GenerateConfig) -> list[int]:
     if cfg.output == "-" and cfg.resume:
         raise RhythmError("--resume needs a file --output, not stdout")
     check_output(cfg.output)
-    if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
+    if chat_teacher(cfg.teacher):
         target_of(cfg)  # model, endpoint, key and budget settings, before anything is written
     elif check_agent_spec(cfg.teacher)[0] == "model":
         raise RhythmError("a model:PATH agent is a student, not a teacher; play it with rhythm eval --agent "
@@ -83,7 +83,7 @@ def _generate(
     progress: Callable[[int], None] | None,
     on_total: Callable[[int], None] | None,
 ) -> GenerateSummary:
-    if cfg.teacher.partition(":")[0].strip().lower() in ("openai", "azure"):
+    if chat_teacher(cfg.teacher):
         # API teachers: async, in one process
         return generate_llm(cfg, seeds, progress=progress, on_total=on_total)
     cfg = canonical(cfg)  # the teacher as the registry names it, in the hash and the recorded config alike

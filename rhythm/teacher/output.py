@@ -67,6 +67,11 @@ answers for the model (the sidecar records it), how many at once, retries and bu
 leaves them out, so a resumed or a parallel run matches."""
 
 
+def chat_teacher(teacher: str) -> bool:
+    """Whether ``--teacher`` names a chat model (``openai``, ``azure``, with or without ``:NAME``, in any case)."""
+    return teacher.partition(":")[0].strip().lower() in PROVIDERS
+
+
 def canonical(cfg: GenerateConfig) -> GenerateConfig:
     """``cfg`` with a chat-model teacher spelt one way: ``--teacher openai:NAME`` as ``--teacher openai --model NAME``,
     ``azure:NAME`` as ``--teacher azure --deployment NAME`` (the provider in lower case). Both spellings make the same
@@ -91,7 +96,7 @@ def teacher_settings(cfg: GenerateConfig) -> GenerateConfig:
     """``cfg`` with the section its teacher does not read at its defaults: ``llm`` for a CPU teacher (an installed
     one too: it is given ``teacher_options``), ``teacher_options`` for a chat model. Such a setting makes the same
     weeks, so it leaves the hash alone; at its defaults the hash is the one every earlier file carries."""
-    if cfg.teacher.partition(":")[0] in PROVIDERS:
+    if chat_teacher(cfg.teacher):
         return replace(cfg, teacher_options=TeacherConfig())
     return replace(cfg, llm=LLMConfig())
 

@@ -16,6 +16,7 @@ import orjson
 from rhythm.config import config_dict, flat_settings, read_recorded, settings_change
 from rhythm.errors import RhythmError
 from rhythm.provenance import file_digest
+from rhythm.records import file_list
 from rhythm.train.jobs import resumes
 from rhythm.train.processes import is_main_process, world_size
 
@@ -89,7 +90,7 @@ def holds_run(folder: Path) -> bool:
 
 def data_paths(cfg: Any) -> list[str]:
     """The files of ``cfg.data`` (comma-separated; ``-`` is stdin)."""
-    return [p.strip() for p in str(cfg.data or "").split(",") if p.strip()]
+    return file_list(str(cfg.data or ""))
 
 
 def data_digest(cfg: Any) -> str | None:

@@ -418,7 +418,7 @@ def test_a_model_that_would_not_play_as_its_checkpoint_is_one_line(tiny_student:
     from rhythm.model.load import load_model
 
     deeper = _edited_copy(tiny_student, tmp_path / "deeper", num_hidden_layers=4, layer_types=["full_attention"] * 4)
-    with pytest.raises(RhythmError, match=r"model:.*deeper: its weights lack or mismatch model\.layers\.2\..* left random"):
+    with pytest.raises(RhythmError, match=r"model:.*deeper: its weights lack model\.layers\.2\..* left random"):
         load_model(str(deeper), ModelOptions(device="cpu"))
     narrow = tmp_path / "narrow"
     base = AutoModelForCausalLM.from_pretrained(tiny_student)
