@@ -27,6 +27,7 @@ per run directory (:mod:`rhythm.locking`): a second one on the same ``--out`` st
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import tempfile
 import time
@@ -257,6 +258,20 @@ def run_stage(
     return StageResult(name, False, seconds, {k: str(v) for k, v in outputs.items()}, info)
 
 
+def train_or_keep(run_dir: Path, cfg: Any, stage: str, run: Callable[..., dict[str, Any]], say: Callable[[str], None],
+                  quiet: bool) -> dict[str, Any]:
+    """A training stage's ``run`` (``run_sft``, ``run_grpo``) from where an interrupted run of it stopped
+    (:func:`going_on`); a run that finished, its ``STAGE_summary.json`` written, before the stage's stamp was is kept
+    (resumed, it would be refused as finished)."""
+    summary = run_dir / f"{stage}_summary.json"
+    with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError):  # a summary cut short: the run goes on
+        kept = orjson.loads(summary.read_bytes())
+        say(f"{run_dir} finished before the stage was stamped: keeping it")
+        return kept
+    summary.unlink(missing_ok=True)
+    return run(going_on(run_dir, cfg, say), quiet=quiet, log=say)
+
+
 def going_on(run_dir: Path, cfg: Any, say: Callable[[str], None]) -> Any:
     """A training stage's config, resumed from the newest checkpoint an interrupted run of it left in ``run_dir``
     (the same weights as an uninterrupted run: tests/train); without one, that run's folder is started afresh."""
@@ -439,7 +454,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
     # 3. SFT: stage 1 on the weeks' openings (a curriculum), stage 2 on whole weeks
     def sft_stage(name: str, run_dir: Path, run_cfg: SFTRunConfig, inputs: list[Path]) -> None:
         def do_sft() -> dict[str, Any]:
-            s = run_sft(going_on(run_dir, run_cfg, say), quiet=quiet, log=say)
+            s = train_or_keep(run_dir, run_cfg, "sft", run_sft, say, quiet)
             return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
 
         stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say, out,
@@ -469,7 +484,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         raise RhythmError("the dagger stage continues a fully trained student; this GRPO stage trains a LoRA adapter")
 
     def do_grpo() -> dict[str, Any]:
-        s = run_grpo(going_on(grpo_dir, grpo_cfg, say), quiet=quiet, log=say)
+        s = train_or_keep(grpo_dir, grpo_cfg, "grpo", run_grpo, say, quiet)
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
     stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo,

@@ -276,6 +276,28 @@ def test_an_interrupted_training_stage_resumes_from_its_newest_checkpoint(tmp_pa
     assert said == [f"resuming from {run / 'checkpoint-3'}"]
 
 
+def test_a_training_stage_killed_after_its_run_finished_keeps_the_run(tmp_path: Path) -> None:
+    """Killed between the run's summary and the stage's stamp, the stage keeps the finished run: resumed, its last
+    checkpoint would be refused as finished. A summary cut short is not a finished run: the run goes on."""
+    from rhythm.quickstart import train_or_keep
+    from rhythm.train.sft import SFTRunConfig
+
+    run, said, calls = tmp_path / "sft", [], []
+    cfg = SFTRunConfig(output_dir=str(run))
+
+    def train(config: SFTRunConfig, quiet: bool, log) -> dict:
+        calls.append(config)
+        return {"global_step": 4}
+
+    run.mkdir()
+    (run / "sft_summary.json").write_bytes(orjson.dumps({"global_step": 3, "eval_loss_last": 1.5}))
+    assert train_or_keep(run, cfg, "sft", train, said.append, True) == {"global_step": 3, "eval_loss_last": 1.5}
+    assert calls == [] and said == [f"{run} finished before the stage was stamped: keeping it"]
+    (run / "sft_summary.json").write_bytes(b'{"global_st')  # killed while the summary was written
+    assert train_or_keep(run, cfg, "sft", train, said.append, True) == {"global_step": 4}
+    assert calls == [cfg] and not (run / "sft_summary.json").exists()
+
+
 def test_the_summary_table_takes_references_without_the_heuristic() -> None:
     row = {"final_score": 0.5, "ci95": [0.4, 0.6], "final_score_v2": 0.6, "behaviour_score": 0.55, "belief_mae": None,
            "belief_mae_prior": 0.15, "parse_failure_rate": 0.0, "win_rate_vs_heuristic": None,
