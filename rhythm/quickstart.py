@@ -295,6 +295,7 @@ def _eval_row(results: EvalResults) -> dict[str, dict[str, Any]]:
             "belief_mae": r.belief_mae.mean,
             "belief_mae_prior": r.belief_mae_prior,
             "parse_failure_rate": r.parse_failure_rate,
+            "cut_reply_rate": r.cut_reply_rate,
             "win_rate_vs_heuristic": r.win_rate_vs.get("heuristic"),
             "normalized_score": r.normalized_score,
             "references": {name: ref.model_dump(mode="json", exclude_unset=True) for name, ref in r.references.items()},
@@ -335,7 +336,8 @@ def verdict(students: dict[str, dict[str, Any]]) -> list[str]:
                 f"{name} on {cond}: final v3 {r['final_score']:.3f}; "
                 + (f"above {', '.join(beats)}" if beats else "above none of the baselines")
                 + (f"; below {', '.join(loses)}" if loses else "")
-                + f"; parse failures {r['parse_failure_rate']:.1%}."
+                + f"; parse failures {r['parse_failure_rate']:.1%}"
+                + (f", {r['cut_reply_rate']:.1%} of replies cut at max_new_tokens." if r.get("cut_reply_rate") else ".")
             )
     return out
 

@@ -35,7 +35,8 @@ def decision_of(turn: Any) -> Decision:
     """A generated reply (:class:`rhythm.model.lockstep.Turn`) as the agent's decision, parsed by the protocol."""
     parsed = parse_reply(turn.text)
     # a local model is paid for by its machine, not per token: known to cost nothing
-    usage = {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids), "cost_usd": 0.0}
+    usage = {"prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids), "cost_usd": 0.0,
+             "cut_replies": int(turn.cut)}
     return Decision(action=parsed.action, belief=parsed.belief, text=turn.text, parse_ok=parsed.ok, usage=usage)
 
 

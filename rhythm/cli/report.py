@@ -44,6 +44,11 @@ def print_eval_table(results: EvalResults) -> None:
             f"{r.parse_failure_rate:.1%}",
         )
     err_console.print(table)
+    cut = {c: r.cut_reply_rate for c, r in results.conditions.items() if r.cut_reply_rate}
+    if cut:
+        shares = ", ".join(f"{c} {rate:.1%}" for c, rate in cut.items())
+        err_console.print(f"replies cut at the token cap (model.max_new_tokens, or the API's max_tokens): {shares}; "
+                          "where the parse failures are these, a higher cap may be all they need")
     refs = {c: r.references for c, r in results.conditions.items()}
     if any(refs.values()):
         ref_table = Table(title="references on the same seeds (final v3 / v2 / behaviour)")

@@ -168,6 +168,15 @@ def mean_belief_mae_by_step(records: list[EpisodeRecord], truth: np.ndarray) -> 
     return [round(float(s / n), 6) if n else None for s, n in zip(sums, stated.sum(axis=0))]
 
 
+def cut_reply_rate(records: list[EpisodeRecord]) -> float | None:
+    """The share of replies that stopped at the token cap (``model.max_new_tokens``, an API's ``max_tokens``): a
+    parse failure among them may only need a higher cap. None for an agent that writes no replies (a scripted one)."""
+    if not any("cut_replies" in r.usage for r in records):
+        return None
+    replies = sum(int(r.usage.get("requests", len(r.steps))) for r in records)  # an API step may have asked twice
+    return round(sum(int(r.usage.get("cut_replies", 0)) for r in records) / max(replies, 1), 6)
+
+
 def summarize_condition(
     condition: str,
     records: list[EpisodeRecord],
@@ -204,6 +213,7 @@ def summarize_condition(
         "win_rate_vs": {},
         "normalized_score": None,
         "parse_failure_rate": round(sum(not s.parse_ok for s in steps) / len(steps), 6),
+        "cut_reply_rate": cut_reply_rate(records),
         "action_counts": {a: counts.get(a, 0) for a in ACTIONS},
         "references": {},
     }

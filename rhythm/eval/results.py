@@ -64,6 +64,8 @@ class ConditionResults(BaseModel):
     win_rate_vs: dict[str, float] = {}
     normalized_score: float | None = None
     parse_failure_rate: float | None = None
+    cut_reply_rate: float | None = None
+    """Replies that stopped at the token cap (None: an agent that writes none, or a file from before it was counted)."""
     action_counts: dict[str, int] = {}
     references: dict[str, ReferenceScores] = {}
 

@@ -702,6 +702,8 @@ class StepReply:
     cached_tokens: int = 0
     usage_missing: int = 0
     """Requests of this step whose reply came without usage (then ``cost_usd`` is None)."""
+    cut_replies: int = 0
+    """Requests of this step whose reply stopped at the token cap (``finish_reason`` length)."""
 
     @property
     def reasked(self) -> bool:
@@ -719,6 +721,7 @@ class StepReply:
             "reasks": int(self.reasked),
             "retries": self.retries,
             "usage_missing": self.usage_missing,
+            "cut_replies": self.cut_replies,
         }
 
 
@@ -762,4 +765,5 @@ def _step_reply(replies: list[Completion], parsed: ParsedReply) -> StepReply:
         retries=sum(r.retries for r in replies),
         cached_tokens=sum(r.cached_tokens for r in replies),
         usage_missing=sum(r.usage_missing for r in replies),
+        cut_replies=sum(r.finish_reason == "length" for r in replies),
     )

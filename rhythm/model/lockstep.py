@@ -32,6 +32,8 @@ class Turn:
     text: str
     completion_ids: list[int]
     prompt_ids: list[int]
+    cut: bool = False
+    """The reply reached ``max_new_tokens`` before a stop token: cut short, whatever it would have said after."""
 
 
 def check_appends(tokenizer: Any) -> None:
@@ -211,7 +213,8 @@ class LockstepChat:
         for i, tokens in enumerate(replies):
             text_ids = [t for t in tokens if t not in stop_set]
             text = self.tokenizer.decode(text_ids, skip_special_tokens=True).strip()
-            turns.append(Turn(text=text, completion_ids=tokens, prompt_ids=list(self._ids[i])))
+            cut = not tokens or tokens[-1] not in stop_set
+            turns.append(Turn(text=text, completion_ids=tokens, prompt_ids=list(self._ids[i]), cut=cut))
         return turns
 
 

@@ -95,6 +95,7 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
     )
     assert code == 0, err
     assert "norm" in err and "parse fail" in err  # the stderr table
+    assert "replies cut at the token cap" in " ".join(err.split())  # a random-init model runs into max_new_tokens
     res = orjson.loads(out.read_bytes())
     assert res["agent"] == f"model:{tiny_student}" and res["grader"] == "v3"
     assert res["weights"] == {f"model:{tiny_student}": weights_digest(str(tiny_student))}
@@ -116,7 +117,7 @@ def test_eval_of_the_tiny_model_end_to_end(run_cli, tiny_student: Path, tmp_path
         assert cond["normalized_score"] == pytest.approx(expected, abs=1e-6)  # (agent - random) / (oracle - random)
         assert cond["belief_mae_prior"] > 0
         # a random-init model never writes a valid ACTION line: every step is a counted fallback
-        assert cond["parse_failure_rate"] == 1.0
+        assert cond["parse_failure_rate"] == 1.0 and 0 < cond["cut_reply_rate"] <= 1.0
         assert cond["action_counts"][FALLBACK_ACTION] == 2 * EPISODE_STEPS
         assert sum(cond["action_counts"].values()) == 2 * EPISODE_STEPS
         assert cond["belief_mae"]["mean"] is None
@@ -187,6 +188,33 @@ def test_equal_conversations_in_a_batch_get_the_ids_each_gets_alone(agent64) -> 
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         assert turn.prompt_ids == tok(text, add_special_tokens=False)["input_ids"]
     assert turns[0].prompt_ids != turns[1].prompt_ids
+
+
+def test_a_reply_that_reaches_the_token_cap_is_counted_as_cut(agent64, weeks64) -> None:
+    """A reply that reaches max_new_tokens before a stop token is cut; each decision's usage counts it, and eval
+    reports the share of cut replies (a parse failure among them may only need a higher cap)."""
+    from rhythm.eval.evaluate import cut_reply_rate
+    from rhythm.model.lockstep import LockstepChat
+    from rhythm.records import EpisodeRecord
+
+    def replies(stop_ids: list[int]) -> list:
+        engine = LockstepChat(agent64.model, agent64.tokenizer, stop_ids=stop_ids, max_new_tokens=6)
+        engine.reset(8)
+        return engine.step([conversation([f"obs {i}"]) for i in range(8)])
+
+    first = replies(agent64.stop_ids)
+    stops = [*agent64.stop_ids, first[0].completion_ids[0]]  # the first reply's first token now stops it
+    turns = replies(stops)
+    assert not turns[0].cut and turns[0].completion_ids == first[0].completion_ids[:1]
+    assert [t.cut for t in turns] == [t.completion_ids[-1] not in stops for t in turns]
+    assert all(len(t.completion_ids) == 6 for t in turns if t.cut) and any(t.cut for t in turns)
+    records, _, _ = weeks64
+    counts = [r["usage"]["cut_replies"] for r in records]
+    assert all(0 <= n <= EPISODE_STEPS for n in counts) and 0 < sum(counts) < len(records) * EPISODE_STEPS
+    rate = cut_reply_rate([EpisodeRecord.from_dict(r) for r in records])
+    assert rate == round(sum(counts) / (len(records) * EPISODE_STEPS), 6)
+    scripted = [EpisodeRecord.from_dict({**r, "usage": {"prompt_tokens": 0, "completion_tokens": 0}}) for r in records]
+    assert cut_reply_rate(scripted) is None
 
 
 @pytest.mark.slow  # > 3 s on 2 cores
@@ -492,7 +520,7 @@ def test_act_answers_every_live_episode(tiny_agent) -> None:
     obs = BatchObservation(0, meters, np.full(5, -1), zeros, zeros, prompts)
     decisions = tiny_agent.act(obs)
     assert len(decisions) == 5
-    assert all(0 <= d.action < len(ACTIONS) and set(d.usage) == {"prompt_tokens", "completion_tokens", "cost_usd"}
+    assert all(0 <= d.action < len(ACTIONS) and set(d.usage) == {"prompt_tokens", "completion_tokens", "cost_usd", "cut_replies"}
                and d.usage["cost_usd"] == 0.0 for d in decisions)
     # identical observations, greedy decoding: identical replies, whatever their place in the batch
     assert len({d.text for d in decisions}) == 1

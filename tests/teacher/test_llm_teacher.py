@@ -487,6 +487,9 @@ def test_empty_or_cut_reply_is_reasked_then_a_counted_fallback(tmp_path: Path, o
     first = rec["steps"][0]
     assert not first["parse_ok"] and first["action"] == FALLBACK_ACTION and first["usage"]["requests"] == 2
     assert all(s["parse_ok"] for s in rec["steps"][1:])
+    # both requests of the step stopped at the token cap when the server said so
+    assert first["usage"]["cut_replies"] == (2 if reply.finish_reason == "length" else 0)
+    assert rec["usage"]["cut_replies"] == first["usage"]["cut_replies"] and rec["usage"]["requests"] == 29
     assert rec["score"]["parse_failures"] == 1 and summary.parse_failures == 1 and summary.extra["re-asks"] == 1
 
 
