@@ -147,7 +147,7 @@ def test_openai_records_equal_the_batch_runner_and_count_tokens(tmp_path: Path, 
             assert set(step) == STEP_KEYS | {"usage"}
             assert {k: step[k] for k in STEP_KEYS} == ref_step
             assert step["usage"] == {"prompt_tokens": 120, "cached_tokens": 0, "completion_tokens": 30, "cost_usd": pytest.approx(step_cost),
-                                     "requests": 1, "reasks": 0, "retries": 0, "usage_missing": 0}
+                                     "requests": 1, "reasks": 0, "retries": 0, "usage_missing": 0, "cut_replies": 0}
         usage = rec["usage"]
         assert (usage["prompt_tokens"], usage["completion_tokens"], usage["requests"], usage["reasks"]) == (28 * 120, 28 * 30, 28, 0)
         assert usage["cost_usd"] == pytest.approx(28 * step_cost) and usage["seconds"] > 0
