@@ -352,5 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     return entry_main("sft", SFTRunConfig, run_sft, argv, validate, omit=("data",), doc=main.__doc__)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # through the module as imported: its config's annotations resolve under any __main__ (cProfile's)
+    from rhythm.train.sft import main as entry
+
+    sys.exit(entry())
