@@ -27,7 +27,7 @@ from rhythm.agents.episodes import ProgressFn, play
 from rhythm.agents.registry import check_agent_spec, make_agent
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.agents.tiny import resolve_base, resolve_model
-from rhythm.config import change_since, config_dict, config_hash, write_config
+from rhythm.config import change_since, config_dict, config_hash, read_recorded, write_config
 from rhythm.env.constants import ACTIONS, BELIEF_DIMS, CONDITIONS, ENV_VERSION, EPISODE_STEPS, PROTOCOL_VERSION, SPLITS
 from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name
@@ -357,8 +357,7 @@ def evaluate(
     }
     if weights:
         results["weights"] = weights
-    runtime = {name: {"device": agent.source.device, "dtype": agent.source.dtype}  # what "auto" became on this machine
-               for name, agent in agents.items() if getattr(agent, "source", None) is not None}
+    runtime = agent_runtime(agents)
     if runtime:
         results["runtime"] = runtime
     for condition in conditions_of(cfg.condition):
@@ -388,6 +387,12 @@ def evaluate(
         refs = {r: played[r] for r in cfg.references}
         results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs, cfg.grader)
     return EvalResults.model_validate(results)
+
+
+def agent_runtime(agents: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """What each model agent's ``auto`` device and dtype became on this machine (bf16 and fp32 replies differ)."""
+    return {name: {"device": agent.source.device, "dtype": agent.source.dtype}
+            for name, agent in agents.items() if getattr(agent, "source", None) is not None}
 
 
 def run_eval(
@@ -425,7 +430,8 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
     ep_path = episodes_path(cfg.output)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
-        done = resumed_weeks(cfg, partial, weights) if resume else {}
+        runtime = agent_runtime(agents)
+        done = resumed_weeks(cfg, partial, weights, runtime) if resume else {}
         if resume:
             say(f"resuming from {partial}: {len(done)} of the agent's weeks kept" if done else
                 f"nothing to resume in {partial}; playing every week")
@@ -435,7 +441,8 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
                 raise RhythmError(f"{partial} holds {held} weeks of an eval that did not finish; pass --resume to keep "
                                   "them and play the rest, or delete it to start over")
             partial.unlink(missing_ok=True)
-        write_config(cfg, sidecar_path(partial), made_by(config_hash=eval_hash(cfg, weights), weights=weights))
+        write_config(cfg, sidecar_path(partial), made_by(config_hash=eval_hash(cfg, weights), weights=weights,
+                                                         runtime=runtime))
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
@@ -453,13 +460,15 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
         return results, saved, ep_path
 
 
-def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]) -> dict[tuple[str, str, int], EpisodeRecord]:
+def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None],
+                  runtime: dict[str, dict[str, str]] | None = None) -> dict[tuple[str, str, int], EpisodeRecord]:
     """The agent's weeks a killed ``rhythm eval`` left in ``partial`` that this run would play, keyed by
     (condition, split, seed), the last of each (a batch a kill cut is played again, whole: :func:`whole_batches`,
     for ``model:`` agents, whose sampled replies depend on their batch). Weeks played under other settings or ``weights`` (another
     ``config_hash``: :func:`eval_hash`; the refusal names what differs from the partial's config sidecar), another
-    env or another text protocol are refused, not mixed in; blank lines are skipped and a torn last line is left
-    out (the writer cuts it)."""
+    env or another text protocol are refused, not mixed in, and so are a model's weeks played on another device or
+    dtype (``runtime``: :func:`agent_runtime`, against the partial's sidecar); blank lines are skipped and a torn last
+    line is left out (the writer cuts it)."""
     if not partial.exists():
         return {}
     chash = eval_hash(cfg, weights)
@@ -478,10 +487,19 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]
                               f"--resume would mix them: rerun with the settings it was started with, or {start_over}")
         if episode_key(obj) in wanted:
             done[episode_key(obj)] = EpisodeRecord.from_dict(obj)
+    recorded = (read_recorded(sidecar_path(partial)) or ({}, {}))[1].get("runtime")
+    if done and runtime is not None and recorded and recorded != runtime:
+        raise RhythmError(f"{partial}: its weeks were played as {_runtime_text(recorded)} and this machine plays "
+                          f"{_runtime_text(runtime)} (their replies differ); --resume would mix them: resume where it "
+                          f"ran, set model.device and model.dtype to what it used, or {start_over}")
     if cfg.agent.startswith("model:"):  # a batch the kill cut is played again whole
         done = {key: r for condition in conditions_of(cfg.condition)
                 for key, r in whole_batches(done, condition, cfg.split, eval_seeds(cfg, condition), cfg.model.batch_size).items()}
     return done
+
+
+def _runtime_text(runtime: dict[str, dict[str, str]]) -> str:
+    return ", ".join(f"{name} on {r.get('device')} in {r.get('dtype')}" for name, r in runtime.items())
 
 
 def _write_in_order(cfg: EvalConfig, partial: Path) -> None:

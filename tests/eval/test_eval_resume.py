@@ -204,6 +204,36 @@ def test_a_resumed_model_eval_equals_an_uninterrupted_one(tiny_student: Path, tm
     assert _weeks(tmp_path / "killed" / "r.episodes.jsonl") == _weeks(tmp_path / "fresh" / "r.episodes.jsonl")
 
 
+@pytest.mark.slow
+def test_a_model_eval_resumed_on_another_device_or_dtype_is_refused(tiny_student: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's weeks played in bfloat16 on a GPU and the rest in float32 here would be one results file of two
+    models' replies: the resume compares what ``auto`` became (the partial's sidecar) and refuses, keeping the weeks."""
+    import yaml
+
+    from rhythm.model.load import ModelOptions
+
+    cfg = EvalConfig(agent=f"model:{tiny_student}", condition="in-dist", episodes=4, references=[], output="r.json",
+                     model=ModelOptions(device="cpu", batch_size=2, max_new_tokens=6))
+    _killed_after(monkeypatch, 1, cfg.agent)
+    with pytest.raises(KeyboardInterrupt):
+        _run_in(tmp_path, cfg)
+    monkeypatch.undo()
+    partial, sidecar = tmp_path / "r.episodes.jsonl.partial", tmp_path / "r.episodes.jsonl.partial.config.yaml"
+    held, recorded = partial.read_bytes(), yaml.safe_load(sidecar.read_text())
+    assert recorded["_provenance"]["runtime"] == {cfg.agent: {"device": "cpu", "dtype": "float32"}}
+    recorded["_provenance"]["runtime"] = {cfg.agent: {"device": "cuda", "dtype": "bfloat16"}}  # as a GPU run writes it
+    sidecar.write_text(yaml.safe_dump(recorded))
+    with pytest.raises(RhythmError, match=r"its weeks were played as model:\S+ on cuda in bfloat16 and this machine "
+                                          r"plays model:\S+ on cpu in float32 \(their replies differ\)"):
+        _run_in(tmp_path, cfg, resume=True)
+    assert partial.read_bytes() == held
+    recorded["_provenance"]["runtime"] = {cfg.agent: {"device": "cpu", "dtype": "float32"}}
+    sidecar.write_text(yaml.safe_dump(recorded))
+    results, _, _ = _run_in(tmp_path, cfg, resume=True)
+    assert results.conditions["in-dist"].episodes == 4
+
+
 def test_what_decides_an_evals_weeks_is_in_its_hash_and_how_they_are_sent_is_not() -> None:
     """The hash a resumed eval checks its partial against: the same for another output, server, concurrency,
     retries or budget; another for another agent, model setting, people or grader."""
