@@ -6,6 +6,7 @@ checkpoint finished, and the folders a failed start created removed. ``rhythm sf
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -136,7 +137,12 @@ def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
                           "or start afresh in another output_dir")
     if found is None:
         return
-    before, now = (_comparable(flat_settings(c, RESUME_MAY_CHANGE)) for c in (settings, config_dict(cfg)))
+    then_out, now_cfg = settings.get("output_dir"), config_dict(cfg)
+    before, now = (_comparable(flat_settings(c, RESUME_MAY_CHANGE)) for c in (settings, now_cfg))
+    for key in PATH_SETTINGS:  # a run moved with its inputs (a quickstart folder): its data digest then confirms it
+        if key in before and key in now and before[key] != now[key]:
+            if _from_run(settings.get(key), then_out) == _from_run(now_cfg.get(key), cfg.output_dir):
+                before[key] = now[key]
     differs = settings_change({k: v for k, v in before.items() if k in now}, {k: v for k, v in now.items() if k in before})
     recorded = provenance.get("data_digest")
     if not differs and recorded is not None and recorded != data_digest(cfg):
@@ -159,6 +165,19 @@ def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
 
     return {k: ",".join(same(i.strip()) for i in str(v).split(",") if i.strip()) if k in PATH_SETTINGS and v else v
             for k, v in settings.items()}
+
+
+def _from_run(value: Any, output_dir: Any) -> list[str] | None:
+    """The files of a path setting as they lie from the run's ``output_dir`` (resolved where both exist here)."""
+    if not value or not output_dir:
+        return None
+    out = Path(str(output_dir)).expanduser()
+    where = []
+    for item in file_list(str(value)):
+        path = Path(item).expanduser()
+        both = path.exists() and out.exists()
+        where.append(os.path.relpath(path.resolve() if both else path, out.resolve() if both else out))
+    return where
 
 
 def planned_steps(trainer: Any) -> int:
