@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import platform
+import re
 import shlex
 import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rhythm.env.constants import ENV_VERSION, PROTOCOL_VERSION
 
@@ -74,7 +76,36 @@ def command_line() -> str:
         head = ["python", sys.argv[0]]
     else:
         head = ["rhythm"]
-    return shlex.join([*head, *sys.argv[1:]])
+    return shlex.join([*head, *(_redact_arg(a) for a in sys.argv[1:])])
+
+
+_SECRET_PARAMS = re.compile(r"key|token|secret|sig|password|auth", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without a password and with secret-looking query values masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        query = urlencode([(k, "***" if _SECRET_PARAMS.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_arg(arg: str) -> str:
+    """A command-line argument as provenance records it: a URL in it (``--base-url URL``, ``--set llm.base_url=URL``)
+    without its password or secret-looking query values, since a recorded command travels with the data it made."""
+    if "://" not in arg:
+        return arg
+    key, eq, value = arg.partition("=")
+    if eq and "://" in value and "://" not in key:
+        return f"{key}={redact_url(value)}"
+    return redact_url(arg)
 
 
 def file_digest(path: str | Path, keep: Callable[[Path], bool] = lambda rel: True) -> str:

@@ -21,3 +21,14 @@ def test_a_script_a_module_and_quoting(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "__main__.py").write_text(PRINT)
     assert _run(["-m", "pkg", "-q"], tmp_path) == "python -m pkg -q"
+
+
+def test_a_recorded_command_keeps_no_password_or_secret_of_a_url(tmp_path: Path) -> None:
+    """A recorded command travels with what it made (an uploaded dataset's sidecar): a URL's password and its
+    secret-looking query values are masked, whether the URL is an argument or a ``--set`` value; the rest is kept."""
+    (tmp_path / "probe.py").write_text(PRINT)
+    said = _run(["probe.py", "--base-url", "http://proxyuser:S3CRETpass@127.0.0.1:9/v1", "--set",
+                 "llm.endpoint=https://x.example/v1?api-key=ABCDEF123&region=eu", "--set", "data=a.jsonl"], tmp_path)
+    assert "S3CRET" not in said and "ABCDEF" not in said and "proxyuser" not in said
+    assert said == ("python probe.py --base-url 'http://***@127.0.0.1:9/v1' --set "
+                    "'llm.endpoint=https://x.example/v1?api-key=%2A%2A%2A&region=eu' --set data=a.jsonl")

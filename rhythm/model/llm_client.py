@@ -43,13 +43,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from annotated_types import Ge, Gt
 
 from rhythm.config import NonNegative, Positive, check_bounds
 from rhythm.errors import RhythmError
 from rhythm.protocol import FORMAT_REMINDER, ParsedReply, parse_reply
+from rhythm.provenance import redact_url
 
 PROVIDERS = ("openai", "azure")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
@@ -203,27 +204,11 @@ def check_url(url: str, what: str) -> None:
 # Secrets
 
 
-_SECRET_PARAMS = re.compile(r"key|token|secret|sig|password|auth", re.IGNORECASE)
 _SECRET_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.=+/]{8,}"),
     re.compile(r"(?i)(api[-_]?key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9_\-\.]{8,}"),
 )
-
-
-def redact_url(url: str) -> str:
-    """``url`` without a password and with secret-looking query values masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        query = urlencode([(k, "***" if _SECRET_PARAMS.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 class Redactor:

@@ -58,11 +58,10 @@ from rhythm.model.llm_client import (
     StepReply,
     Target,
     ask,
-    redact_url,
     resolve_target,
 )
 from rhythm.protocol import conversation, parse_reply
-from rhythm.provenance import now_iso
+from rhythm.provenance import now_iso, redact_url
 from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl, write_atomic
 from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
 

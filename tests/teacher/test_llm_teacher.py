@@ -22,7 +22,7 @@ from rhythm.agents.episodes import play_batch
 from rhythm.config import load_config
 from rhythm.env import RhythmEnv
 from rhythm.errors import RhythmError
-from rhythm.model.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor, redact_url
+from rhythm.model.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor
 from rhythm.protocol import (
     FALLBACK_ACTION,
     FORMAT_REMINDER,
@@ -31,6 +31,7 @@ from rhythm.protocol import (
     parse_reply,
     record_conversation,
 )
+from rhythm.provenance import redact_url
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.teacher.llm_generate import errors_path, generate_llm
 from tests.fake_openai import REMINDER_START, Fail, FakeOpenAI, Raw, Reply, protocol_reply
