@@ -22,7 +22,7 @@ from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
 from rhythm.provenance import made_by
 from rhythm.records import check_output
-from rhythm.train.hub import model_card, push_folder
+from rhythm.train.hub import check_repo_id, model_card, push_folder
 from rhythm.train.jobs import JobsConfig, resumes
 from rhythm.train.processes import end_distributed, is_main_process, world_size
 from rhythm.train.run_folder import check_inputs_outside, claim_output_dir, data_digest, data_paths
@@ -100,6 +100,8 @@ def check_shared(cfg: Any) -> None:
         raise RhythmError(f"dtype must be auto, bfloat16, float16 or float32, got {cfg.dtype!r}")
     if cfg.push_to_hub and not cfg.hub_model_id:
         raise RhythmError("push_to_hub needs hub_model_id (user/name)")
+    if cfg.hub_model_id:
+        check_repo_id(cfg.hub_model_id, "hub_model_id")
     if cfg.overwrite_output_dir and resumes(cfg):
         raise RhythmError("resume_from_checkpoint and overwrite_output_dir contradict each other (resume keeps the "
                           "run, overwrite deletes it); give one")

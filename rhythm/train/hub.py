@@ -70,8 +70,17 @@ def require_token() -> str:
 
 
 def check_repo_id(repo_id: str | None, what: str = "--repo") -> str:
+    """``repo_id`` as ``user/name`` and a name the Hub takes (its client's own rule), before anything is sent or
+    trained: a push refused for its name would come after the training."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
     if not repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise RhythmError(f"{what} must look like user/name, got {repo_id!r}")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise RhythmError(f"{what} {repo_id!r} is not a name the Hub takes ({' '.join(str(err).split())})") from None
     return repo_id
 
 

@@ -111,6 +111,10 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     adapter = getattr(cfg, "adapter", None)
     default_adapter = flavor and stage == "grpo" and adapter == _default_of(cfg, "adapter") and not Path(adapter).exists()
     missing = [k for k, v in wanted.items() if not v] + (["adapter"] if default_adapter else [])
+    labels = {"hub_model_id": "hub_model_id (the run's model repo)", "data_repo": "data_repo"}
+    for key, value in wanted.items():  # a name given is checked before the Hub is asked anything
+        if value:
+            check_repo_id(value, labels[key])
     names = {"hub_model_id": RUN_REPOS[stage], "data_repo": DATA_REPO, "adapter": RUN_REPOS["sft"]}
     local_push = bool(push) and not flavor
     instead = STAGE_REPOS if missing else "check HF_TOKEN (or `hf auth login`), or drop --push-to-hub"
@@ -130,9 +134,8 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
     roles = {"hub_model_id": "model", "data_repo": "data", "adapter": "adapter"}
     current = {**wanted, **({"adapter": adapter} if flavor and stage == "grpo" else {})}
     choices = [RepoChoice(roles[k], str(changes.get(k, v)), k in changes) for k, v in current.items()]
-    for key, label in (("hub_model_id", "hub_model_id (the run's model repo)"), ("data_repo", "data_repo")):
-        if key in wanted:  # bad names fail here, before anything is said or sent
-            check_repo_id(changes.get(key, wanted[key]), label)
+    for key in changes.keys() & labels.keys():  # the defaults from whoami too, before anything is said or sent
+        check_repo_id(changes[key], labels[key])
     if "data_repo" in changes:
         changes["jobs"] = dataclasses.replace(jobs, data_repo=changes.pop("data_repo"))
     return (dataclasses.replace(cfg, **changes) if changes else cfg), choices  # type: ignore[type-var]

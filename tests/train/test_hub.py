@@ -111,6 +111,7 @@ def test_a_hub_busy_for_a_moment_is_tried_again(hub, tmp_path, teacher, status, 
     [
         (["--files", "missing.jsonl", "--repo", "tester/x"], "file not found: missing.jsonl"),
         (["--files", "{teacher}", "--repo", "not-a-repo-id"], "--repo must look like user/name"),
+        (["--files", "{teacher}", "--repo", "tester/bad name"], "--repo 'tester/bad name' is not a name the Hub takes"),
         (["--files", "{teacher}", "--repo", "tester/x", "--repo-type", "space"], "--repo-type must be dataset or model"),
         (["--files", "{broken}", "--repo", "tester/x"], "broken.jsonl:2: not valid JSON"),
         (["--files", "{folder}", "--repo", "tester/x"], "is a folder; a dataset repo takes episode files: name them"),

@@ -137,6 +137,8 @@ def test_dry_run_prints_the_spec_and_sends_nothing(hub, tmp_path, teacher):
     [
         (["--hub-model-id", "rhythm-sft"], "hub_model_id (the run's model repo) must look like user/name, got 'rhythm-sft'"),
         (["--data-repo", "a/b/c"], "data_repo must look like user/name, got 'a/b/c'"),
+        (["--data-repo", "tester/my data"], "data_repo 'tester/my data' is not a name the Hub takes"),
+        (["--hub-model-id", "tester/my..student"], "'tester/my..student' is not a name the Hub takes"),
         (["--flavor", "a10g-huge"], "unknown flavor 'a10g-huge'"),
         (["--data", "-"], "a job cannot read stdin"),
         (["--set", "jobs.timeout=abc"], "jobs.timeout must be a positive number of seconds, or one with an s, m, h or d "

@@ -33,6 +33,9 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
         (["--data", "{teacher}", "--config", "nope.yaml"], "config file not found: nope.yaml"),
         (["--data", "{teacher}", "--set", "push_to_hub=true"], "push_to_hub needs hub_model_id"),
+        # a name the Hub refuses is refused before the training, not after it
+        (["--data", "{teacher}", "--set", "push_to_hub=true", "--set", "hub_model_id=me/my student"],
+         "hub_model_id (the run's model repo) 'me/my student' is not a name the Hub takes (Repo id must use alphanumeric"),
         (["--data", "{teacher}", "--set", "min_score=1.5"], "no training examples left"),
         (["--data", "{teacher}", "--resume", "-o", "{tmp}/empty"], "no finished checkpoint-N folder (one with trainer_state.json) in"),
         (["--data", "-", "--resume"], "a run reading its data from stdin (data=-) cannot be resumed"),
