@@ -498,6 +498,22 @@ def test_grpo_adapter_given_the_sft_models_folder_trains_it_and_records_the_star
     assert display_name(f"model:{out}") == "student (SFT+GRPO)"
 
 
+@pytest.mark.slow
+def test_an_adapter_refined_on_another_base_names_that_base(run_cli, tmp_path, teacher, sft_adapter, sft_model):
+    """A LoRA adapter refined on ``--model`` (not the base it was trained on) is saved naming the base it was refined
+    on, so eval plays the refined student: PEFT kept the old name, and eval loaded the adapter onto the old base."""
+    from rhythm.model.load import adapter_config
+
+    out = tmp_path / "grpo"
+    code, _, err = run_cli(
+        "grpo", "--config", TINY_CONFIG, "--adapter", str(sft_adapter), "--model", str(sft_model), "--data", str(teacher),
+        "-o", str(out), "--max-steps", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
+        "--set", "max_completion_length=24", "-q")
+    assert code == 0, err
+    assert adapter_config(str(sft_adapter))["base_model_name_or_path"] != str(sft_model)
+    assert adapter_config(str(out))["base_model_name_or_path"] == str(sft_model)
+
+
 def test_a_lora_adapter_on_another_base_than_its_own_is_said_and_a_missing_one_refused(tmp_path, monkeypatch):
     """The tiny configs start from runs/sft-tiny: beside an adapter trained on another base, that base used to load
     in silence (another student), or, missing, be tried on the Hub for a minute before failing without the way out."""
