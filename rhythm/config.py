@@ -23,6 +23,7 @@ import dataclasses
 import datetime
 import difflib
 import hashlib
+import re
 import types
 import typing
 from collections.abc import Hashable, Iterable, Mapping
@@ -152,7 +153,7 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise RhythmError(f"override {pair!r} is not key=value")
         try:  # "-" is stdin (data=-), not YAML's list of one null
-            value = raw.strip() if raw.strip() in ("", "-") else yaml.safe_load(raw)
+            value = raw.strip() if raw.strip() in ("", "-") else plain_yaml(raw)
         except yaml.YAMLError:
             value = raw
         out[key.strip()] = NULL if value is None else value
@@ -177,8 +178,35 @@ def find_config(path: str | Path) -> Path:
     raise RhythmError(f"config file not found: {path} (shipped configs: {', '.join(shipped_configs())})")
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (where YAML would keep the last silently)."""
+class PlainNumbersLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's numbers and booleans: YAML 1.1 reads ``010`` as 8, ``1:5`` as 65, ``0x10``
+    as 16, ``1_0`` as 10 and ``yes`` as true, so ``--set seeds=010`` played seed 8 where ``--seeds 010`` plays 10.
+    Such a value stays the text that was typed, which the field then reads as it reads the option."""
+
+
+PlainNumbersLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (
+        "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+PlainNumbersLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                         list("tTfF"))
+PlainNumbersLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
+                                         list("-+0123456789"))
+PlainNumbersLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+
+
+def plain_yaml(text: str) -> Any:
+    """``text`` read as YAML with :class:`PlainNumbersLoader`'s numbers (a ``--set`` value, a config file)."""
+    return yaml.load(text, Loader=PlainNumbersLoader)  # noqa: S506 (a safe loader)
+
+
+class UniqueKeyLoader(PlainNumbersLoader):
+    """:class:`PlainNumbersLoader`, refusing a key given twice in one mapping (where YAML would keep the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()

@@ -122,6 +122,34 @@ def test_a_dash_override_is_stdin_not_a_yaml_list() -> None:
     assert parse_overrides(["data=-", "d= - ", "xs=[1, 2]", "e="]) == {"data": "-", "d": "-", "xs": [1, 2], "e": ""}
 
 
+@pytest.mark.parametrize("typed, seeds", [("010", [10]), ("7", [7]), ("0-2", [0, 1, 2]), ("3,1", [3, 1])])
+def test_set_seeds_plays_the_people_the_option_plays(run_cli, typed: str, seeds: list[int]) -> None:
+    """``--set seeds=010`` is what ``--seeds 010`` is: YAML 1.1 read it as 8 (octal), ``1:5`` as 65, ``0x10`` as 16."""
+    import orjson
+
+    for how in (["--set", f"seeds={typed}"], ["--seeds", typed]):
+        code, out, err = run_cli("generate", "-q", "-o", "-", "--set", "teacher=heuristic", *how)
+        assert code == 0, err
+        assert [orjson.loads(line)["seed"] for line in out.splitlines()] == seeds
+
+
+@pytest.mark.parametrize("typed", ["1:5", "0x10", "1_0"])
+def test_set_seeds_refuses_what_the_option_refuses(run_cli, typed: str) -> None:
+    for how in (["--set", f"seeds={typed}"], ["--seeds", typed]):
+        code, out, err = run_cli("generate", "-q", "-o", "-", *how)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_yaml_11_spellings_stay_the_text_that_was_typed(tmp_path: Path) -> None:
+    """Numbers and booleans as YAML 1.2 writes them; ``yes``, ``010`` and the like are text for the field to read."""
+    assert parse_overrides(["a=yes", "b=010", "c=1e-3", "d=true", "e=0.5", "f=-3", "g=off"]) == {
+        "a": "yes", "b": "010", "c": 0.001, "d": True, "e": 0.5, "f": -3, "g": "off"}
+    config = tmp_path / "c.yaml"
+    config.write_text("name: yes\ninner:\n  horizon: 010\n")
+    loaded = load_config(Outer, config)
+    assert loaded.name == "yes" and loaded.inner.horizon == 10
+
+
 def test_a_key_given_twice_is_refused_with_its_line(tmp_path: Path) -> None:
     """YAML itself keeps the last of two equal keys without a word; a config refuses it, at any depth."""
     twice = tmp_path / "twice.yaml"
