@@ -63,6 +63,8 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "reward_weights=[1, 1, .nan]"], "reward_weights must be finite numbers"),
         (["--set", "reward_funcs=[format,belief,format]"], "reward_funcs names one reward twice"),
         (["--set", "step.generation_batch_size=64"], "step.generation_batch_size (64) spans more than one optimizer step (16 completions"),
+        (["--set", "step.generation_batch_size=0"], "step.generation_batch_size=0: input should be greater than or equal to 1"),
+        (["--set", "rollout_seeds=5000-5001", "--set", "rollout_conditions=[]"], "rollout_conditions, which is empty"),
         (["--max-steps", "0"], "max_steps must be positive or -1"),
         (["--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
         (["--flavor", "a10g-large", "--set", "hub_model_id=me/x", "--set", "jobs.data_repo=me/d"], "a job cannot read the local adapter"),

@@ -37,7 +37,7 @@ class StepMode:
     """Earlier replies in each prompt cut to their BELIEF/ACTION lines (as in the SFT data)."""
     gradient_accumulation_steps: Positive = 4
     """Forward passes per optimizer step."""
-    generation_batch_size: int | None = None
+    generation_batch_size: Positive | None = None
     """Completions generated at once (None = per_device_train_batch_size x gradient_accumulation_steps x
     devices); must be divisible by num_generations."""
     use_vllm: bool = False
@@ -224,6 +224,9 @@ def validate(cfg: GRPORunConfig) -> None:
         raise RhythmError(f"unknown rollout condition(s) {', '.join(bad)}; expected {', '.join(CONDITIONS)}")
     if has_rollouts(cfg):
         parse_seeds(str(cfg.rollout_seeds))
+        if not cfg.rollout_conditions:
+            raise RhythmError("rollout_seeds plays people in rollout_conditions, which is empty; name one or more "
+                              f"({', '.join(CONDITIONS)}), or set rollout_seeds=null")
     if cfg.mode in ("step", "branch"):
         step = cfg.step
         generation = step_generation_batch(cfg)
