@@ -40,6 +40,8 @@ def test_a_subclass_docstring_wins_and_a_field_without_one_has_none() -> None:
 def test_help_config_lists_every_field_with_type_default_and_help(run_cli, command, cls) -> None:
     code, out, err = run_cli(command, "--help-config")
     assert code == 0 and err == ""
+    example = out.splitlines()[1].removeprefix("(an option such as ").split()[0]  # one the command has
+    assert example in run_cli(command, "--help")[1]
     listed = [line.split(":", 1)[0] for line in out.splitlines() if line and not line.startswith(" ") and " = " in line]
     assert listed == [f.name for f in dataclasses.fields(cls)]
     if cls is GRPORunConfig:

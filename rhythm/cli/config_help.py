@@ -74,7 +74,7 @@ def describe_config(cls: type, command: str) -> str:
     """The text ``--help-config`` prints."""
     width = min(shutil.get_terminal_size((100, 20)).columns, 120)
     lines = [f"{command}: the fields of {cls.__name__}, the keys of a --config YAML file and of --set key=value",
-             "(an option such as --max-steps wins over both).", ""]
+             f"(an option such as {'--out' if 'quickstart' in command else '--max-steps'} wins over both).", ""]
     lines += _field_lines(cls, "", width)
     return "\n".join(lines)
 

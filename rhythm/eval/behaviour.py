@@ -94,30 +94,54 @@ def behaviour_table(named: Sequence[tuple[str, dict[str, dict[str, Any]]]]) -> s
     return "\n".join(lines)
 
 
-def label(files: str, depth: int = 1) -> str:
+def label(files: str, depth: int = 1, named: bool = False) -> str:
     """An agent's name in the table: the folder of its episodes file (``runs/eval/sft/eval_results_v2.episodes.jsonl``
-    -> ``sft``), or the file's name when it is not eval's; with ``depth`` d, the last d parts of that path."""
+    -> ``sft``), or the file's name when it is not eval's; with ``depth`` d, the last d parts of that path; ``named``:
+    an eval file's own name too (``runs/eval/train``: two evals written to one folder)."""
     path = Path((file_list(files) or [files])[0])
-    parts = path.parent.parts if path.name.endswith(".episodes.jsonl") and path.parent.name else path.parts
+    if path.name.endswith(".episodes.jsonl") and path.parent.name:
+        parts = (*path.parent.parts, path.name.removesuffix(".episodes.jsonl")) if named else path.parent.parts
+    else:
+        parts = path.parts
     return "/".join(parts[-depth:])
 
 
 def labels(files: Sequence[str]) -> list[str]:
     """:func:`label` of each agent, each name lengthened by its parent folders until no two agents share one
-    (``few/eval/sft`` and ``full/eval/sft`` rather than ``sft`` twice)."""
-    depth = [1] * len(files)
+    (``few/eval/sft`` and ``full/eval/sft`` rather than ``sft`` twice), and by an eval file's own name where its
+    folder holds another's (``eval/eval_results_v2`` and ``eval/train``)."""
+    depth, named = [1] * len(files), [False] * len(files)
     while True:
-        names = [label(f, d) for f, d in zip(files, depth, strict=True)]
-        clash = [i for i, n in enumerate(names) if names.count(n) > 1 and label(files[i], depth[i] + 1) != n]
-        if not clash:
-            return names
+        names = [label(f, d, n) for f, d, n in zip(files, depth, named, strict=True)]
+        clash = [i for i, n in enumerate(names) if names.count(n) > 1]
+        grown = False
         for i in clash:
-            depth[i] += 1
+            if label(files[i], depth[i] + 1, named[i]) != names[i]:
+                depth[i], grown = depth[i] + 1, True
+            elif not named[i] and label(files[i], depth[i], True) != names[i]:
+                named[i], grown = True, True
+        if not grown:
+            return names
+
+
+def _once(files: str) -> list[dict[str, Any]]:
+    """The weeks of one agent's files (joined with commas), a person played twice refused: it would weigh double."""
+    seen: dict[tuple[str, str, int], str] = {}
+    weeks = []
+    for path in file_list(files):
+        for where, record in read_episodes(path):
+            key = (record["condition"], record["split"], record["seed"])
+            if key in seen:
+                raise RhythmError(f"{where}: {key[0]} person {key[2]} ({key[1]} split) is given twice for one agent "
+                                  f"(first at {seen[key]}); it would count double")
+            seen[key] = where
+            weeks.append(record)
+    return weeks
 
 
 def behaviour_of(files: Sequence[str]) -> str:
     """:func:`behaviour_table` of each episodes file (several joined with commas count as one agent)."""
-    profiles = [behaviour_profile(r for path in file_list(f) for _, r in read_episodes(path)) for f in files]
+    profiles = [behaviour_profile(_once(f)) for f in files]
     for f, profile in zip(files, profiles, strict=True):
         if not profile:
             raise RhythmError(f"no weeks in {f}")

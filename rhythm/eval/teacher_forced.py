@@ -39,7 +39,7 @@ from rhythm.env.render import METER_HEADER
 from rhythm.errors import RhythmError
 from rhythm.grader import belief_mae, prior_mae, week_truth
 from rhythm.protocol import format_ending, parse_reply, record_conversation
-from rhythm.records import read_episodes
+from rhythm.records import file_list, read_episodes
 
 STEPS = (1, 4, 8, 16, 28)
 
@@ -120,16 +120,22 @@ LOW_METER = 0.2
 """Meters below this are the crash-prone zone (crashes start at 0.10) where the read-out matters most."""
 
 
+def fitted_weeks(weeks: int, fit_share: float = 0.7) -> int:
+    """The weeks the meter read-out is fitted on, the first ``fit_share`` of them; the rest must hold at least one."""
+    n_fit = int(round(weeks * fit_share))
+    if n_fit < 1 or n_fit >= weeks:
+        raise RhythmError(f"the meter read-out needs weeks on both sides of the fit: {weeks} weeks, fit share {fit_share}")
+    return n_fit
+
+
 def meter_readout(model: Any, tokenizer: Any, records: list[dict[str, Any]], fit_share: float = 0.7) -> tuple[np.ndarray, np.ndarray]:
     """How well each meter (V C P S N) reads linearly off the student's hidden state at its action decision:
     ``(r2, low_mae)``, the R^2 on held-out weeks (1: exactly, 0: no better than their mean) and the mean
     absolute error on held-out steps where that meter is below :data:`LOW_METER` (NaN if none). The read-out
     is fitted on the first ``fit_share`` of the weeks and scored on the rest, so one person's steps never
     sit on both sides. A meter the student cannot see here is one its actions cannot depend on."""
+    n_fit = fitted_weeks(len(records), fit_share)
     hidden, meters = action_states(model, tokenizer, records)
-    n_fit = int(round(len(records) * fit_share))
-    if n_fit < 1 or n_fit >= len(records):
-        raise RhythmError(f"the meter read-out needs weeks on both sides of the fit: {len(records)} weeks, fit share {fit_share}")
     fit = np.repeat(np.arange(len(records)) < n_fit, hidden.shape[1])
     y = meters.reshape(-1, N_METERS)
     truth = y[~fit]
@@ -187,13 +193,16 @@ def probe_report(model_dir: str, episodes: str, *, condition: str | None = None,
 
     if condition is not None and condition not in CONDITIONS:
         raise RhythmError(f"unknown condition {condition!r}; expected one of {', '.join(CONDITIONS)}")
-    found = [(where, r) for where, r in read_episodes(episodes) if condition in (None, r["condition"])]
+    found = [(where, r) for path in file_list(episodes) for where, r in read_episodes(path)
+             if condition in (None, r["condition"])]
     if not found:
         raise RhythmError(f"no weeks in {episodes}" + (f" for condition {condition}" if condition else ""))
     for where, record in found:
         check_stated(record, where)
         week_truth(record, where)  # a week of another env version is another person: refused before the model loads
     records = [r for _, r in found]
+    if meters:
+        fitted_weeks(len(records))  # before the model loads and the other probes print
     if not Path(model_dir).expanduser().is_dir():
         raise RhythmError(f"model directory not found: {model_dir}")
     try:

@@ -80,6 +80,11 @@ def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_c
         "the crashes on each meter add up to the env's own count"
     code, _, err = run_cli("analyze", "behaviour", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "not found" in err
+    # a person given twice for one agent would weigh double
+    code, out, err = run_cli("analyze", "behaviour", f"{path},{path}")
+    assert code == 2 and out == "" and err.splitlines() == [
+        f"rhythm: error: {path}:1: in-dist person 0 (train split) is given twice for one agent (first at {path}:1); "
+        "it would count double"]
 
 
 def test_agents_that_share_a_folder_name_are_told_apart_by_their_parents():
@@ -87,7 +92,10 @@ def test_agents_that_share_a_folder_name_are_told_apart_by_their_parents():
     teacher = "runs/full/eval/teacher/eval_results_v2.episodes.jsonl"
     assert labels([few, full, teacher]) == ["few/eval/sft", "full/eval/sft", "teacher"]
     assert labels([few, "data/teacher.jsonl"]) == ["sft", "teacher.jsonl"]
-    assert labels([few, few]) == ["runs/few/eval/sft"] * 2, "the same file twice: as long as it gets, then stops"
+    assert labels([few, few]) == ["runs/few/eval/sft/eval_results_v2"] * 2, "the same file twice: as long as it gets"
+    # two evals written to one folder (the README's -o runs/eval/eval_results_v2.json and -o runs/eval/train.json)
+    one = ["runs/eval/eval_results_v2.episodes.jsonl", "runs/eval/train.episodes.jsonl", "runs/sft/eval_results_v2.episodes.jsonl"]
+    assert labels(one) == ["eval/eval_results_v2", "eval/train", "sft"]
     table = behaviour_table([(name, behaviour_profile([_week("ood", 1, ["SLEEP"], 0, 0.5, 0.1)]))
                              for name in ("a-name-longer-than-sixteen/eval/sft", "b")])
     assert table.splitlines()[1].split()[1] == "a-name-longer-than-sixteen/eval/sft", "names are never cut"

@@ -144,6 +144,14 @@ def test_filter_probe_prints_four_rows(tiny_student, tmp_path, run_cli):
     code, out, _ = run_cli(*probe, "--meters")  # two weeks: one fitted, one scored
     out = out.splitlines()
     assert code == 0 and out[-2].startswith("meters read linearly") and out[-1].split()[::4] == ["V", "C", "P", "S", "N"]
+    # files joined with commas, as the help says; one week is too few for the read-out, said before any probe prints
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(path.read_bytes().splitlines(keepends=True)[0])
+    code, out, err = run_cli("analyze", "teacher-forced", str(tiny_student), str(first), "--meters")
+    assert code == 2 and out == "" and err.splitlines() == [
+        "rhythm: error: the meter read-out needs weeks on both sides of the fit: 1 weeks, fit share 0.7"]
+    code, out, _ = run_cli("analyze", "teacher-forced", str(tiny_student), f"{first},{path}")
+    assert code == 0 and "over 3 weeks" in out.splitlines()[0]
 
 
 @given(st.integers(min_value=0, max_value=2**31 - 1))
