@@ -43,6 +43,8 @@ from rhythm.seeds import format_seeds
 T = TypeVar("T")
 
 REPO_TYPES = ("dataset", "model")
+JOB_DIR = "rhythm_job"
+"""Where a Hugging Face Jobs submission commits its script, config and source in the run's model repo."""
 SKIP_DIRS = ("checkpoint-",)
 SKIP_NAMES = ("training_args.bin",)
 
@@ -310,6 +312,16 @@ def _others_line(others: Sequence[str]) -> str:
     return f"Not part of the data (JSONL that is not episodes): {', '.join(f'`{n}`' for n in sorted(others))}.\n\n"
 
 
+def earlier_model_files(api: Any, repo_id: str, kept: set[str]) -> tuple[str | None, list[str]]:
+    """A model repo's head commit and the files in it that an upload of a trained model does not bring (the earlier
+    model's: a LoRA adapter's files beside full weights would load as the old adapter), less the job folder
+    (``rhythm_job/``), ``.gitattributes`` and the card (the new one replaces it; a card of the user's own is kept)."""
+    info = api.model_info(repo_id)
+    stale = [s.rfilename for s in info.siblings or [] if s.rfilename not in kept
+             and s.rfilename not in (".gitattributes", "README.md") and not s.rfilename.startswith(f"{JOB_DIR}/")]
+    return info.sha, sorted(stale)
+
+
 def earlier_episode_files(api: Any, repo_id: str, replaced: set[str]) -> tuple[str | None, dict[str, dict[str, Any]], list[str]]:
     """What a dataset repo already holds, for a card that covers it all: its head commit, the
     :func:`episode_stats` of each JSONL file this upload does not replace (downloaded through the client's
@@ -469,7 +481,7 @@ def upload(
     commit_message: str | None = None,
 ) -> UploadResult:
     """Create ``repo_id`` if needed and upload ``files`` (and a card) in one commit."""
-    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     check_repo_id(repo_id)
     if repo_type not in REPO_TYPES:
@@ -480,7 +492,7 @@ def upload(
     folders = [Path(f) for f in files if Path(f).is_dir()]
     if repo_type == "dataset":
         for folder in folders:
-            if any((folder / name).is_file() for name in MODEL_FILES) or any(folder.glob("*_summary.json")):
+            if holds_model(folder):
                 raise RhythmError(f"{folder} holds a trained model (a training run's folder); upload it to a model "
                                   "repo: --repo-type model")
             # its files would go up unread: the card (and its data_files) covers the episode files named, and a broken
@@ -504,8 +516,15 @@ def upload(
         if new_stats:
             parent, earlier, others = retrying(lambda: earlier_episode_files(api, repo_id, {remote for _, remote in pairs}))
             readme = dataset_card(repo_id, {**earlier, **new_stats}, others)
-        ops = [CommitOperationAdd(path_in_repo=remote, path_or_fileobj=str(local))
-               for local, remote in pairs if not (readme and remote == "README.md")]
+        stale: list[str] = []
+        if repo_type == "model" and any(holds_model(folder) for folder in folders):
+            parent, stale = retrying(lambda: earlier_model_files(api, repo_id, {remote for _, remote in pairs}))
+            if stale:
+                notes.append(f"removed from {repo_id} what this model does not have: {', '.join(stale[:6])}"
+                             + (f" and {len(stale) - 6} more" if len(stale) > 6 else ""))
+        ops: list[Any] = [CommitOperationAdd(path_in_repo=remote, path_or_fileobj=str(local))
+                          for local, remote in pairs if not (readme and remote == "README.md")]
+        ops += [CommitOperationDelete(path_in_repo=path) for path in stale]
         if readme:
             ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
         info = retrying(lambda: api.create_commit(
@@ -515,11 +534,16 @@ def upload(
     except hub_errors() as err:
         raise _hub_error(err, f"upload to {repo_id}") from None
     return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid),
-                        [op.path_in_repo for op in ops], notes)
+                        [op.path_in_repo for op in ops if isinstance(op, CommitOperationAdd)], notes)
 
 
 MODEL_FILES = ("config.json", "adapter_config.json")
 """Files that make a folder a trained model's (full weights, a LoRA adapter)."""
+
+
+def holds_model(folder: Path) -> bool:
+    """Whether ``folder`` holds a trained model (:data:`MODEL_FILES`) or a training run's summary."""
+    return any((folder / name).is_file() for name in MODEL_FILES) or any(folder.glob("*_summary.json"))
 
 
 def local_base_note(folder: Path) -> str | None:

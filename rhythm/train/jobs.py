@@ -45,9 +45,8 @@ from rhythm.agents.tiny import TINY_MODELS
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
 from rhythm.model.load import means_local
-from rhythm.train.hub import check_repo_id, hub_error_line, hub_errors, require_token, upload, upload_pairs
+from rhythm.train.hub import JOB_DIR, check_repo_id, hub_error_line, hub_errors, require_token, upload, upload_pairs
 
-JOB_DIR = "rhythm_job"
 MOUNT_PATH = "/rhythm-run"
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
 """The image ``run_uv_job`` uses by default (uv + Python 3.12)."""

@@ -97,6 +97,31 @@ def test_a_run_folder_goes_to_a_model_repo_without_this_machines_files(hub, tmp_
     assert f"names its base as the local path {base}, which only this machine has" in " ".join(err.split())
 
 
+def test_a_model_pushed_over_another_kind_leaves_none_of_the_old_ones_files(hub, tmp_path):
+    """A LoRA run, then a full fine-tune, to one repo (both default to YOU/rhythm-sft): the old adapter's files stayed
+    beside the new weights, and the repo loaded as the old adapter. The job folder a submission committed stays."""
+    lora, full = tmp_path / "lora", tmp_path / "full"
+    for folder in (lora, full):
+        folder.mkdir()
+    (lora / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen2.5-3B-Instruct"}')
+    (lora / "adapter_model.safetensors").write_bytes(b"lora weights")
+    (lora / "training_log.jsonl").write_text('{"step": 1}\n')
+    (full / "config.json").write_text('{"model_type": "qwen2"}')
+    (full / "model.safetensors").write_bytes(b"full weights")
+    (full / "training_log.jsonl").write_text('{"step": 2}\n')
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(lora), "--repo", "tester/student", "--repo-type", "model")
+    assert code == 0, err
+    repo = hub.repo("tester/student", "model")
+    repo.files["rhythm_job/run.py"] = b"print('the job')"  # what a Jobs submission commits beside the run
+    code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(full), "--repo", "tester/student", "--repo-type", "model")
+    assert code == 0, err
+    files = set(hub.repo("tester/student", "model").files)
+    assert not files & {"adapter_config.json", "adapter_model.safetensors"}
+    assert {"config.json", "model.safetensors", "training_log.jsonl", "rhythm_job/run.py"} <= files
+    assert "removed from tester/student what this model does not have: adapter_config.json, adapter_model.safetensors" \
+        in " ".join(err.split())
+
+
 @pytest.mark.parametrize("status, headers", [(429, {"Retry-After": "1"}), (503, {})], ids=["429-retry-after", "503"])
 def test_a_hub_busy_for_a_moment_is_tried_again(hub, tmp_path, teacher, status, headers):
     hub.fail("/commit/", status, "busy", method="POST", times=1, headers=headers)
