@@ -501,10 +501,7 @@ def upload(
                               f"(--files {folder}/*.jsonl), or upload the folder to a model repo (--repo-type model)")
     notes = [note for folder in folders if (note := local_base_note(folder))]
     readme: str | None = None
-    read = {p: episode_stats([p]) for p in jsonl} if card and repo_type == "dataset" else {}  # bad data fails here
-    empty = [str(p) for p, stats in read.items() if not stats["episodes"]]
-    if empty:  # its card would say 0 / 0 (--no-card uploads any JSONL as it is)
-        raise RhythmError(f"{', '.join(empty)}: no episodes; a dataset card describes episode files that hold some")
+    read = read_episode_files(jsonl) if card and repo_type == "dataset" else {}  # bad data fails here
     new_stats = {p.name: stats for p, stats in read.items()}
     if card and repo_type == "model":
         readme = next((c for c in (model_card(repo_id, d) for d in folders) if c), None)
@@ -535,6 +532,16 @@ def upload(
         raise _hub_error(err, f"upload to {repo_id}") from None
     return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid),
                         [op.path_in_repo for op in ops if isinstance(op, CommitOperationAdd)], notes)
+
+
+def read_episode_files(paths: Sequence[Path]) -> dict[Path, dict[str, Any]]:
+    """The :func:`episode_stats` of each episode file a dataset upload carries; a broken one, or one without
+    episodes (its card would say 0 / 0), is one line before anything is sent."""
+    read = {Path(p): episode_stats([p]) for p in paths}
+    empty = [str(p) for p, stats in read.items() if not stats["episodes"]]
+    if empty:
+        raise RhythmError(f"{', '.join(empty)}: no episodes; a dataset card describes episode files that hold some")
+    return read
 
 
 MODEL_FILES = ("config.json", "adapter_config.json")

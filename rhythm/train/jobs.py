@@ -45,7 +45,16 @@ from rhythm.agents.tiny import TINY_MODELS
 from rhythm.config import config_dict
 from rhythm.errors import RhythmError
 from rhythm.model.load import means_local
-from rhythm.train.hub import JOB_DIR, check_repo_id, hub_error_line, hub_errors, require_token, upload, upload_pairs
+from rhythm.train.hub import (
+    JOB_DIR,
+    check_repo_id,
+    hub_error_line,
+    hub_errors,
+    read_episode_files,
+    require_token,
+    upload,
+    upload_pairs,
+)
 
 MOUNT_PATH = "/rhythm-run"
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
@@ -197,6 +206,8 @@ class JobPlan:
     """path in the run repo -> content (the script, the config, the source)"""
     env: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)
+    """Model repos the job starts from that are the user's own work (GRPO's SFT adapter): checked to exist."""
 
     @property
     def script_path(self) -> str:
@@ -306,6 +317,7 @@ def plan_job(
         stage=stage, flavor=flavor, namespace=namespace or run_repo.split("/")[0], run_repo=run_repo,
         private=private, data_repo=data_repo or "", data_files=names, uploads=uploads, timeout=timeout,
         files=files, env=env, labels={"rhythm-stage": stage},
+        reads=[a for a in [getattr(cfg, "adapter", None)] if a and not Path(a).expanduser().exists()],
     )
 
 
@@ -357,8 +369,16 @@ def resumes(cfg: Any) -> bool:
 
 
 def check_repo_files(api: Any, plan: JobPlan) -> None:
-    """The data files the job reads from ``data_repo`` without uploading them are there (a path mistyped here would
-    otherwise start a paid job that fails reading it)."""
+    """The data files the job reads from ``data_repo`` without uploading them are there, and the adapter it refines
+    (a path mistyped here, or an SFT run not pushed yet, would otherwise start a paid job that fails reading it)."""
+    for repo in plan.reads:
+        try:
+            there = api.repo_exists(repo, repo_type="model")
+        except hub_errors() as err:
+            raise RhythmError(f"cannot check the adapter {repo} on the Hub: {hub_error_line(err)}") from None
+        if not there:
+            raise RhythmError(f"adapter {repo} not found on the Hub (or not readable with this token): push the SFT run "
+                              "there first (rhythm sft --flavor ..., or --push-to-hub), or pass --adapter user/name")
     uploaded = {Path(p).name for p in plan.uploads}
     for name in plan.data_files:
         if name in uploaded:
@@ -394,7 +414,9 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
 
     say = say or (lambda msg: None)
     endpoint = constants.ENDPOINT
-    if dry_run:
+    if dry_run:  # what the submission would refuse, refused here too: no token, data that does not upload
+        require_token()
+        read_episode_files([Path(p) for p in plan.uploads])
         check_repo_files(HfApi(token=get_token()), plan)  # read only (no call when every file is uploaded)
         spec = plan.spec(endpoint, "<commit of rhythm_job/>", "<commit of the data upload>" if plan.uploads else None,
                          get_token())

@@ -152,6 +152,22 @@ def test_flavor_bad_input_exits_2(hub, tmp_path, teacher, args, message):
     assert hub.requests == []
 
 
+def test_the_dry_run_refuses_what_the_submission_refuses(hub, tmp_path, teacher):
+    """No token, or data that would not upload (a broken line, no episodes): the dry run printed a job spec and exit
+    0 where the submission then stopped with one line."""
+    broken, empty = tmp_path / "broken.jsonl", tmp_path / "empty.jsonl"
+    broken.write_bytes(teacher.read_bytes().splitlines()[0] + b"\n{oops\n")
+    empty.write_bytes(b"")
+    named = ["--hub-model-id", "tester/m", "--data-repo", "tester/d"]
+    for dry in (["--dry-run"], []):
+        code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(teacher), *named, *dry, token=False)
+        assert code == 2 and out == "" and "no Hugging Face token" in err, err
+        for data, needle in ((broken, "broken.jsonl:2: not valid JSON"), (empty, "empty.jsonl: no episodes")):
+            code, out, err = rhythm(hub, tmp_path, *JOB, "--data", str(data), *named, *dry)
+            assert code == 2 and out == "" and needle in err, err
+    assert not hub.requests_to("/commit")
+
+
 def test_two_data_files_of_one_name_are_refused_by_the_dry_run_as_by_the_submission(hub, tmp_path, teacher):
     """Uploaded by their names, both would land at one path in the data repo: the dry run printed a job reading one
     file twice, which the submission then refused."""

@@ -30,8 +30,8 @@ def test_sft_flavor_as_typed_after_generate_uses_repos_from_whoami(hub, tmp_path
     assert "rhythm_job/run.py" in hub.repo("tester/rhythm-sft").files
 
 
-def test_dry_run_shows_the_derived_repos_and_sends_only_whoami(hub, tmp_path):
-    (tmp_path / "t.jsonl").write_text("{}\n")
+def test_dry_run_shows_the_derived_repos_and_sends_only_whoami(hub, tmp_path, teacher):
+    (tmp_path / "t.jsonl").write_bytes(teacher.read_bytes())
     code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run")
     assert code == 0, err
     assert DERIVED in err and {(r.method, r.path) for r in hub.requests} == {("GET", "/api/whoami-v2")}
@@ -40,8 +40,8 @@ def test_dry_run_shows_the_derived_repos_and_sends_only_whoami(hub, tmp_path):
     assert spec["namespace"] == "tester"
 
 
-def test_given_repos_are_kept_and_whoami_is_not_asked(hub, tmp_path):
-    (tmp_path / "t.jsonl").write_text("{}\n")
+def test_given_repos_are_kept_and_whoami_is_not_asked(hub, tmp_path, teacher):
+    (tmp_path / "t.jsonl").write_bytes(teacher.read_bytes())
     code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run",
                             "--hub-model-id", "org/student", "--data-repo", "org/data")
     assert code == 0, err
@@ -50,8 +50,16 @@ def test_given_repos_are_kept_and_whoami_is_not_asked(hub, tmp_path):
     assert spec["would_commit"]["repo"] == "org/student" and spec["namespace"] == "org"
 
 
-def test_grpo_flavor_defaults_its_adapter_to_the_sft_repo(hub, tmp_path):
-    (tmp_path / "t.jsonl").write_text("{}\n")
+def test_grpo_flavor_defaults_its_adapter_to_the_sft_repo(hub, tmp_path, teacher):
+    """... and a job is not planned while that adapter is not on the Hub (the paid job would fail loading it)."""
+    from huggingface_hub import HfApi
+
+    (tmp_path / "t.jsonl").write_bytes(teacher.read_bytes())
+    code, out, err = rhythm(hub, tmp_path, "grpo", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run")
+    assert code == 2 and out == "" and err.strip().splitlines()[-1] == (
+        "rhythm: error: adapter tester/rhythm-sft not found on the Hub (or not readable with this token): push the SFT "
+        "run there first (rhythm sft --flavor ..., or --push-to-hub), or pass --adapter user/name")
+    HfApi(endpoint=hub.url, token=hub.token).create_repo("tester/rhythm-sft", private=True)
     code, out, err = rhythm(hub, tmp_path, "grpo", "--flavor", "a10g-large", "--data", "t.jsonl", "--dry-run")
     assert code == 0, err
     assert ("hub repos: model tester/rhythm-grpo (default from whoami), data tester/rhythm-teacher (default from whoami), "
@@ -60,8 +68,8 @@ def test_grpo_flavor_defaults_its_adapter_to_the_sft_repo(hub, tmp_path):
 
 
 @pytest.mark.parametrize("token", [False, True])
-def test_no_token_or_a_refused_one_is_one_line_exit_2(hub, tmp_path, token):
-    (tmp_path / "t.jsonl").write_text("{}\n")
+def test_no_token_or_a_refused_one_is_one_line_exit_2(hub, tmp_path, token, teacher):
+    (tmp_path / "t.jsonl").write_bytes(teacher.read_bytes())
     extra = {"HF_TOKEN": "hf_not_the_right_one"} if token else None
     code, out, err = rhythm(hub, tmp_path, "sft", "--flavor", "a10g-large", "--data", "t.jsonl", token=False, extra_env=extra)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
@@ -70,10 +78,10 @@ def test_no_token_or_a_refused_one_is_one_line_exit_2(hub, tmp_path, token):
     assert hub.jobs == {}
 
 
-def test_without_a_token_a_grpo_job_names_the_repo_it_lacks(hub, tmp_path):
+def test_without_a_token_a_grpo_job_names_the_repo_it_lacks(hub, tmp_path, teacher):
     """Its run and data repos given, a GRPO job still needs the adapter it starts from (YOU/rhythm-sft by default):
     the line names that one, not the repos already given."""
-    (tmp_path / "t.jsonl").write_text("{}\n")
+    (tmp_path / "t.jsonl").write_bytes(teacher.read_bytes())
     code, out, err = rhythm(hub, tmp_path, "grpo", "--flavor", "a10g-large", "--dry-run", "--hub-model-id", "me/x",
                             "--data-repo", "me/d", "--data", "t.jsonl", token=False)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
@@ -94,11 +102,11 @@ def test_upload_without_repo_goes_to_the_users_teacher_repo(hub, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["no-token", "refused-token", "read-only-token"])
-def test_a_local_push_checks_the_token_before_training(hub, tmp_path, case):
+def test_a_local_push_checks_the_token_before_training(hub, tmp_path, case, teacher):
     """``--push-to-hub`` with every repo named still asks whoami first: no token, a refused one or a read-only
     one is one line and exit 2 before the run starts (its data, here unreadable, is never read), not after
     hours of training."""
-    (tmp_path / "t.jsonl").write_text("{}\n")
+    (tmp_path / "t.jsonl").write_bytes(teacher.read_bytes())
     extra = {"HF_TOKEN": "hf_not_the_right_one"} if case == "refused-token" else None
     hub.role = "read" if case == "read-only-token" else "write"
     code, out, err = rhythm(hub, tmp_path, "sft", "--push-to-hub", "--hub-model-id", "tester/s", "--data", "t.jsonl",
