@@ -85,7 +85,7 @@ class TrainRunConfig:
     hub_model_id: str | None = None
     """Model repo for the result (user/name); with push_to_hub or a flavor it defaults to YOU/rhythm-STAGE (whoami)."""
     hub_private: bool = True
-    """Create hub_model_id as a private repo when it does not exist."""
+    """Create hub_model_id as a private repo when it does not exist (a Jobs run's data repo is created private either way)."""
     jobs: JobsConfig = field(default_factory=JobsConfig)
     """Hugging Face Jobs settings (``jobs.flavor`` set: the stage runs there)."""
 

@@ -420,7 +420,7 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
         check_repo_files(HfApi(token=get_token()), plan)  # read only (no call when every file is uploaded)
         spec = plan.spec(endpoint, "<commit of rhythm_job/>", "<commit of the data upload>" if plan.uploads else None,
                          get_token())
-        spec["would_upload"] = {"data_repo": plan.data_repo, "files": plan.uploads}
+        spec["would_upload"] = {"data_repo": plan.data_repo, "files": plan.uploads, "private": True}
         spec["would_commit"] = {"repo": plan.run_repo, "private": plan.private, "files": len(plan.files),
                                 "script": plan.script_path}
         return Submission(None, None, plan.run_repo, None, redact(spec), dry_run=True)
@@ -432,7 +432,8 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
     check_repo_files(api, plan)
     data_revision = None
     if plan.uploads:
-        result = upload(plan.uploads, plan.data_repo, repo_type="dataset", private=plan.private)
+        # private whatever hub_private says: a public model repo (run_uv_job's URL) need not publish the teacher weeks
+        result = upload(plan.uploads, plan.data_repo, repo_type="dataset", private=True)
         data_revision = result.commit_oid
         say(f"uploaded {', '.join(plan.data_files)} to {result.repo_url}")
     try:

@@ -60,6 +60,7 @@ def test_flavor_submits_a_job_with_flavor_secret_and_env(hub, tmp_path, teacher)
     data_repo = hub.repo("tester/rhythm-teacher", "dataset")
     assert data_repo.files["teacher.jsonl"] == teacher.read_bytes() and "README.md" in data_repo.files
     assert env["RHYTHM_DATA_REVISION"] == data_repo.head
+    assert data_repo.private and not hub.repo("tester/rhythm-sft").private  # hub_private=false is the model's alone
     # the script was committed to the run repo and the job runs it by URL, pinned to that commit
     run_repo = hub.repo("tester/rhythm-sft")
     revision = env["RHYTHM_JOB_REVISION"]
