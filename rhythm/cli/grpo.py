@@ -36,13 +36,14 @@ def grpo_command(
       rhythm grpo --flavor a10g-large      # YOU/rhythm-sft -> YOU/rhythm-grpo on Jobs
     """
     from rhythm.cli.stage import run_stage
-    from rhythm.train.grpo import GRPORunConfig, run_grpo, validate
+    from rhythm.train.grpo import GRPORunConfig, check_given_sections, run_grpo, validate
 
     given = {"adapter": adapter, "data": data, "mode": mode, "model_name_or_path": model, "output_dir": output_dir,
              "max_steps": max_steps}
     run_stage("grpo", GRPORunConfig, validate, run_grpo, given, resume=resume, flavor=flavor, dry_run=dry_run,
               hub_model_id=hub_model_id, data_repo=data_repo, push_to_hub=push_to_hub, wait_lock=wait_lock,
-              config=config, sets=set_, quiet=quiet, lands="adapter", line=_line, packages=_job_packages)
+              config=config, sets=set_, quiet=quiet, lands="adapter", line=_line, packages=_job_packages,
+              check_given=check_given_sections)
 
 
 def _line(summary: dict) -> str:

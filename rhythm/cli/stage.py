@@ -16,10 +16,12 @@ def run_stage(stage: str, cls: type, validate: Callable[[Any], None], run: Calla
               given: dict[str, object], *, resume: bool, flavor: str | None, dry_run: bool, hub_model_id: str | None,
               data_repo: str | None, push_to_hub: bool, wait_lock: bool, config: Path | None, sets: list[str] | None,
               quiet: bool, lands: str, line: Callable[[dict[str, Any]], str], omit: Collection[str] = (),
-              packages: Callable[[Any], Sequence[str]] | None = None) -> None:
+              packages: Callable[[Any], Sequence[str]] | None = None,
+              check_given: Callable[[Any, Collection[str]], None] | None = None) -> None:
     """Load ``cls`` from the config, the stage's own options (``given``) and the shared ones, check it, and
     submit it to Jobs (the ``lands`` = what the job pushes: model, adapter; ``packages(cfg)``: what it installs)
-    or ``run`` it here: ``line(summary)`` goes to stderr, the summary less ``omit`` to stdout as one JSON line."""
+    or ``run`` it here: ``line(summary)`` goes to stderr, the summary less ``omit`` to stdout as one JSON line.
+    ``check_given(cfg, keys)``: the stage's check of the settings given on the command line."""
     import orjson
 
     from rhythm.cli import options as opt
@@ -30,7 +32,10 @@ def run_stage(stage: str, cls: type, validate: Callable[[Any], None], run: Calla
 
     given = {**given, "jobs.flavor": flavor, "resume_from_checkpoint": "latest" if resume else None,
              "hub_model_id": hub_model_id, "jobs.data_repo": data_repo, "push_to_hub": push_to_hub or None}
-    cfg = load_config(cls, config, opt.overrides(given, sets))
+    merged = opt.overrides(given, sets)
+    cfg = load_config(cls, config, merged)
+    if check_given is not None:
+        check_given(cfg, list(merged))
     cfg, repos = resolve_hub_repos(stage, cfg, dry_run=dry_run)
     validate(cfg)
     if cfg.jobs.flavor:

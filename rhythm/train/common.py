@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 import orjson
 from annotated_types import Ge, Gt
 
-from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, write_config
+from rhythm.config import NonNegative, Positive, Share, check_bounds, load_config, parse_overrides, write_config
 from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
 from rhythm.provenance import made_by
@@ -313,7 +313,7 @@ def write_summary(cfg: Any, stage: str, summary: dict[str, Any], commit_message:
 
 def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], argv: list[str] | None,
                validate: Callable[[C], None], omit: Collection[str] = (), doc: str | None = None,
-               prog: str | None = None) -> int:
+               prog: str | None = None, check_given: Callable[[C, Collection[str]], None] | None = None) -> int:
     """``python -m rhythm.train.STAGE [--config FILE] [--set key=value ...]``: the entry ``accelerate launch`` and
     Hugging Face Jobs run, with ``rhythm STAGE``'s ``--config`` / ``--set`` syntax. Prints the summary less ``omit``
     as one JSON line (rank 0 only); ``prog`` names the program in its help (default ``python -m rhythm.train.STAGE``).
@@ -328,6 +328,8 @@ def entry_main(stage: str, cls: type[C], run: Callable[..., dict[str, Any]], arg
     ns = parser.parse_args(argv)
     try:
         cfg = load_config(cls, ns.config, ns.overrides)
+        if check_given is not None:
+            check_given(cfg, list(parse_overrides(ns.overrides)))
         if cfg.jobs.flavor:
             cfg = replace(cfg, jobs=replace(cfg.jobs, flavor=None))  # already where it should run
         validate(cfg)

@@ -63,6 +63,11 @@ def _reply_cols(line: dict) -> dict:
         (["--set", "reward_weights=[1, 1, .nan]"], "reward_weights must be finite numbers"),
         (["--set", "reward_funcs=[format,belief,format]"], "reward_funcs names one reward twice"),
         (["--set", "step.generation_batch_size=64"], "step.generation_batch_size (64) spans more than one optimizer step (16 completions"),
+        # a setting of a section the mode does not read would be recorded and do nothing
+        (["--set", "episode.every_k_turns=4"], "episode.every_k_turns is read by episode mode only; mode=step would ignore it"),
+        (["--set", "branch.futures=6"], "branch.futures is read by branch mode only; mode=step would ignore it"),
+        (["--mode", "episode", "--set", "reward_funcs=[final_score]", "--set", "reward_weights=null", "--set", "step.max_prompts=3"],
+         "step.max_prompts is read by step and branch mode only; mode=episode would ignore it"),
         (["--set", "step.generation_batch_size=0"], "step.generation_batch_size=0: input should be greater than or equal to 1"),
         (["--set", "rollout_seeds=5000-5001", "--set", "rollout_conditions=[]"], "rollout_conditions, which is empty"),
         (["--max-steps", "0"], "max_steps must be positive or -1"),

@@ -9,11 +9,18 @@ recipe). ``python -m rhythm.train.grpo`` is the entry ``accelerate launch`` and 
 """
 
 from rhythm.train.common import resolve_precision
-from rhythm.train.grpo.config import GRPORunConfig, data_paths, episode_batch, turns_per_week, validate
+from rhythm.train.grpo.config import (
+    GRPORunConfig,
+    check_given_sections,
+    data_paths,
+    episode_batch,
+    turns_per_week,
+    validate,
+)
 from rhythm.train.grpo.rollout import assign_weeks
 from rhythm.train.grpo.trainer import build_trainer, grpo_config, load_policy, run_grpo
 
 __all__ = [
-    "GRPORunConfig", "assign_weeks", "build_trainer", "data_paths", "episode_batch", "grpo_config", "load_policy",
+    "GRPORunConfig", "assign_weeks", "build_trainer", "check_given_sections", "data_paths", "episode_batch", "grpo_config", "load_policy",
     "resolve_precision", "run_grpo", "turns_per_week", "validate",
 ]

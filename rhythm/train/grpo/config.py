@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Union
@@ -298,6 +299,22 @@ def validate_branch(branch: BranchMode, num_generations: int) -> None:
 def run_processes(cfg: GRPORunConfig) -> int:
     """The processes the run will have: a job's (one per GPU of its flavor), or this launch's."""
     return flavor_processes(cfg.jobs.flavor) if cfg.jobs.flavor else world_size()
+
+
+MODE_SECTIONS = {"step": ("step",), "branch": ("step", "branch"), "episode": ("episode",)}
+"""The sections of mode-only settings each mode reads."""
+
+
+def check_given_sections(cfg: GRPORunConfig, keys: Iterable[str]) -> None:
+    """A setting given on the command line (``--set episode.every_k_turns=4``) in a section this mode does not read
+    would be recorded and do nothing: refused. A config file's own sections (a base's ``step:`` under an episode
+    config) are not: they are the base's, stated once."""
+    sections = {"step", "branch", "episode"}
+    unread = sorted(k for k in keys if k.split(".")[0] in sections - set(MODE_SECTIONS.get(cfg.mode, ())))
+    if unread:
+        readers = [m for m, read in MODE_SECTIONS.items() if unread[0].split(".")[0] in read]
+        raise RhythmError(f"{unread[0]} is read by {' and '.join(readers)} mode only; mode={cfg.mode} would ignore it "
+                          "(drop it, or set mode)")
 
 
 def step_generation_batch(cfg: GRPORunConfig) -> int:
