@@ -1,11 +1,12 @@
-"""A KL anchor to the starting policy on states the batch does not hold (``anchor_weight``).
+"""A KL anchor to the starting policy on states drawn from the run's prompts, whatever the batch scores (``anchor_weight``).
 
 Branch mode's reward is exact for the states it scores, but a small student generalises each update to
 every state: a few hundred groups that favour resting over DEEP_WORK move its DEEP_WORK frequency
 everywhere (docs/grpo-ablation.md, second round). The anchor adds, at every optimizer step, ``anchor_weight`` times the KL
 from the starting policy to the current one on ``anchor_states`` states drawn from a fixed pool of the
-run's prompts (full vocabulary, at each position of the starting policy's greedy reply), so a change
-must pay on the scored states without moving the others: InstructGPT's PPO-ptx idea, with the
+run's prompts (full vocabulary, at each position of the starting policy's greedy reply; drawn apart from
+the batch, so a state the batch scores is among them only by chance), so a change must pay on the scored
+states without moving the others: InstructGPT's PPO-ptx idea, with the
 starting policy's own replies in place of pre-training text, so no teacher data is needed.
 """
 

@@ -150,7 +150,7 @@ class GRPORunConfig(TrainRunConfig):
     mask_truncated_completions: bool = True
     """Leave replies cut off at max_completion_length out of the loss."""
     anchor_weight: NonNegative = 0.0
-    """Weight of the KL from the starting policy on states outside the batch (rhythm.train.grpo.anchor); 0 = none."""
+    """Weight of the KL from the starting policy on states drawn from the run's prompts apart from the batch (rhythm.train.grpo.anchor); 0 = none."""
     anchor_states: Positive = 16
     """States the anchor's KL is measured on at each optimizer step (drawn from a fixed pool of the prompts)."""
     # --- optimisation
