@@ -217,7 +217,11 @@ def test_pairs_run_compares_the_greedy_action_with_the_runner_up(run_cli, tmp_pa
         "--set", "rollout_seeds=3", "--set", "branch.futures=3", "--set", "logging_steps=1", "--set", "probe_states=4",
         "--set", "anchor_states=4", "--set", "per_device_train_batch_size=8", "-q")  # 4 pairs a step
     assert code == 0, err
-    assert orjson.loads(stdout)["global_step"] == 2
+    summary = orjson.loads(stdout)
+    assert summary["global_step"] == 2
+    # one person's 28 states, the last one left out: the summary counts what was trained on beside what was built
+    assert (summary["prompts"], summary["prompts_trained"]) == (28, 27)
+    assert "prompts: 28 from 1 episodes (in-dist 28), 27 of them trained on;" in " ".join(err.split())
     lines = [orjson.loads(x) for x in (out / "reward_log.jsonl").read_bytes().splitlines()]
     assert len(lines) == 2 * 8
     groups = defaultdict(list)

@@ -82,6 +82,9 @@ class PromptReport:
     """Distinct (condition, split, seed) among the prompts."""
     by_condition: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)
+    trained: int | None = None
+    """The prompts the trainer takes, after the mode's own cuts (branch: one of prompts that read alike; pairs: none
+    at the last step; ``restore_only``); None: all of them."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -89,8 +92,9 @@ class PromptReport:
     def summary_line(self) -> str:
         conds = ", ".join(f"{k} {v}" for k, v in sorted(self.by_condition.items()))
         return (
-            f"prompts: {self.prompts} from {self.episodes} episodes ({conds}); "
-            f"read {self.episodes_read} episodes / {self.steps_read} steps, all replayed"
+            f"prompts: {self.prompts} from {self.episodes} episodes ({conds})"
+            + ("; " if self.trained in (None, self.prompts) else f", {self.trained} of them trained on; ")
+            + f"read {self.episodes_read} episodes / {self.steps_read} steps, all replayed"
         )
 
 

@@ -293,6 +293,7 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         if not train_rows:
             raise RhythmError(f"branch.restore_only: no prompt has a meter below restore_below={cfg.branch.restore_below} "
                               "that one action can keep off the crash line")
+    report.trained = len(train_rows)
     _check_enough(cfg, train_rows)
     model, tokenizer, source = load_policy(cfg, resolved)
     resolved["model_path"] = source["base"]
@@ -463,6 +464,7 @@ def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str
         "reward_batches": run.rewards.batches,
         "resumed_from_step": None if run.resume is None else checkpoint_step(run.resume),
         "prompts": run.report.prompts,
+        "prompts_trained": run.report.trained,
         "trl": generation,
         "seconds": round(time.perf_counter() - started, 2),  # this run's: after a resume, from resumed_from_step on
         "resolved": run.resolved,
