@@ -8,6 +8,7 @@ It implements just what rhythm's Hub code calls, the way the Hub answers it:
 - ``POST /api/{type}s/{ns}/{name}/commit/{rev}`` (NDJSON: a header line, then base64 files; a
   ``parentCommit`` that is no longer the head is refused with 412, as the Hub does)
 - ``GET /api/{type}s/{ns}/{name}[/revision/{rev}]`` (repo info: head ``sha`` and ``siblings``)
+- ``GET /api/{type}s/{ns}/{name}/commits/{rev}`` (the commits, newest first)
 - ``HEAD|GET /[{type}s/]{ns}/{name}/resolve/{rev}/{path}`` (downloads, for ``hf_hub_download``)
 - ``GET /api/whoami-v2``
 - ``POST /api/jobs/{ns}`` and ``GET /api/jobs/{ns}/{id}`` (Jobs: the spec is stored as received)
@@ -194,6 +195,8 @@ class FakeHub:
             if not self._authorized(req):
                 return self._json(401, {"error": "Invalid credentials"})
             return self._preupload(req) if action == "preupload" else self._commit(req, repo)
+        if req.method == "GET" and len(segs) == 6 and segs[0] == "api" and segs[1] in TYPES and segs[4] == "commits":
+            return self._commits(TYPES[segs[1]], f"{segs[2]}/{segs[3]}")
         if req.method == "GET" and len(segs) in (4, 6) and segs[0] == "api" and segs[1] in TYPES and segs[4:5] in ([], ["revision"]):
             return self._info(req, TYPES[segs[1]], f"{segs[2]}/{segs[3]}", segs[5] if len(segs) == 6 else None)
         if "resolve" in segs:
@@ -232,6 +235,15 @@ class FakeHub:
             return self._json(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
         siblings = [{"rfilename": name, "size": len(content)} for name, content in sorted(files.items())]
         return self._json(200, {"id": repo_id, "sha": sha, "private": repo.private, "siblings": siblings})
+
+    def _commits(self, repo_type: str, repo_id: str):
+        """The repo's commits, newest first (the one that created it last), as ``list_repo_commits`` reads them."""
+        repo = self.repos.get((repo_type, repo_id))
+        if repo is None:
+            return self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        made = [(c["sha"], c["summary"] or "") for c in reversed(repo.commits)] + [(next(iter(repo.snapshots)), "initial commit")]
+        return self._json(200, [{"id": sha, "title": title, "message": "", "authors": [{"user": USER}],
+                                 "date": "2026-01-01T00:00:00.000Z"} for sha, title in made])
 
     def _commit(self, req: Request, repo: Repo):
         lines = [json.loads(line) for line in req.body.splitlines() if line.strip()]

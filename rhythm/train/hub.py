@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import orjson
@@ -312,6 +313,19 @@ def _others_line(others: Sequence[str]) -> str:
     return f"Not part of the data (JSONL that is not episodes): {', '.join(f'`{n}`' for n in sorted(others))}.\n\n"
 
 
+def landed_commit(api: Any, repo_id: str, repo_type: str, message: str, parent: str | None) -> Any:
+    """Our commit, when a retried one was refused (412) because the first try had landed after all (its answer lost to
+    a 5xx): the head is a commit of this message on ``parent``. None when it is another's."""
+    if parent is None:
+        return None
+    commits = api.list_repo_commits(repo_id, repo_type=repo_type)
+    if len(commits) < 2 or commits[0].title != message or commits[1].commit_id != parent:
+        return None
+    sha = commits[0].commit_id
+    where = f"{api.endpoint}/{'' if repo_type == 'model' else repo_type + 's/'}{repo_id}"
+    return SimpleNamespace(commit_url=f"{where}/commit/{sha}", oid=sha)
+
+
 def earlier_model_files(api: Any, repo_id: str, kept: set[str]) -> tuple[str | None, list[str]]:
     """A model repo's head commit and the files in it that an upload of a trained model does not bring (the earlier
     model's: a LoRA adapter's files beside full weights would load as the old adapter), less the job folder
@@ -524,10 +538,20 @@ def upload(
         ops += [CommitOperationDelete(path_in_repo=path) for path in stale]
         if readme:
             ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
-        info = retrying(lambda: api.create_commit(
-            repo_id, ops, repo_type=repo_type, parent_commit=parent,
-            commit_message=commit_message or f"rhythm upload: {', '.join(sorted({r for _, r in pairs}))[:200]}",
-        ))
+        message = commit_message or f"rhythm upload: {', '.join(sorted({r for _, r in pairs}))[:200]}"
+        sent: list[int] = []
+
+        def commit() -> Any:
+            sent.append(1)
+            return api.create_commit(repo_id, ops, repo_type=repo_type, parent_commit=parent, commit_message=message)
+
+        try:
+            info = retrying(commit)
+        except hub_errors() as err:
+            status = getattr(getattr(err, "response", None), "status_code", None)
+            info = landed_commit(api, repo_id, repo_type, message, parent) if status == 412 and len(sent) > 1 else None
+            if info is None:
+                raise
     except hub_errors() as err:
         raise _hub_error(err, f"upload to {repo_id}") from None
     return UploadResult(repo_id, repo_type, str(repo_url), str(info.commit_url), str(info.oid),

@@ -9,6 +9,8 @@ import orjson
 import pytest
 import yaml
 
+from tests.fakehub import FakeHub
+
 from .helpers import rhythm, write_episodes
 
 
@@ -95,6 +97,31 @@ def test_a_run_folder_goes_to_a_model_repo_without_this_machines_files(hub, tmp_
     assert code == 0, err
     assert ".rhythm_stage.json" not in hub.repo("tester/student", "model").files
     assert f"names its base as the local path {base}, which only this machine has" in " ".join(err.split())
+
+
+def test_a_commit_that_landed_behind_a_lost_answer_is_the_upload_not_a_failure(tmp_path, teacher):
+    """The Hub applies the commit, then a proxy answers 504: the retry is refused (412, the parent moved on) because
+    the first try landed. That was reported as a failed upload raced by another; it is this upload, done once."""
+    class LateAnswer(FakeHub):
+        lost = 1
+
+        def _commit(self, req, repo):
+            answer = super()._commit(req, repo)
+            if self.lost and answer[0] == 200:
+                self.lost -= 1
+                return self._json(504, {"error": "Gateway Timeout"})
+            return answer
+
+    with LateAnswer() as hub:
+        code, out, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), "--repo", "tester/data")
+        assert code == 0, err
+        repo = hub.repo("tester/data", "dataset")
+        assert [c["summary"] for c in repo.commits] == [f"rhythm upload: {teacher[0].name}, {teacher[0].name}.config.yaml"]
+        assert repo.head in out and teacher[0].name in repo.files
+        # a 412 on the first try is another's commit: still refused
+        hub.fail("/commit/", 412, "A commit has happened since. Please refresh and try again.", "POST", times=1)
+        code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(teacher[0]), "--repo", "tester/data")
+        assert code == 2 and "412" in err
 
 
 def test_a_model_pushed_over_another_kind_leaves_none_of_the_old_ones_files(hub, tmp_path):
