@@ -60,3 +60,34 @@ def test_watchdog_ends_a_worker_whose_parent_is_gone() -> None:
             "threading.Event().wait(30)")
     done = subprocess.run([sys.executable, "-c", code])
     assert done.returncode == 1
+
+
+@pytest.mark.slow
+def test_sigterm_of_generate_stops_it_as_ctrl_c_does(tmp_path: Path) -> None:
+    """``kill PID`` (a scheduler ending the job): the workers stop, every line written is whole, one line says so,
+    and the exit code is 143, with no traceback and no leaked-semaphore warning; --resume then finishes the run."""
+    out = tmp_path / "t.jsonl"
+    cmd = [*RHYTHM, "generate", "--seeds", "0-399", "--concurrency", "2", "--output", str(out), "--quiet", "--set", "chunk=4"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out.exists() and out.stat().st_size > 0):
+        time.sleep(0.05)
+    parent = psutil.Process(proc.pid)
+    children = parent.children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    try:
+        assert proc.returncode == 143, err
+        assert err.strip().splitlines()[-1] == "rhythm: terminated (SIGTERM); everything written so far is whole", err
+        assert "Traceback" not in err and "leaked" not in err
+        psutil.wait_procs(children, timeout=60)
+        assert _alive(children) == []
+    finally:
+        for p in _alive(children):
+            p.kill()
+    import orjson
+
+    written = [orjson.loads(line)["seed"] for line in out.read_bytes().splitlines()]  # every line whole
+    assert 0 < len(written) < 400
+    subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+    assert sorted(orjson.loads(line)["seed"] for line in out.read_bytes().splitlines()) == list(range(400))

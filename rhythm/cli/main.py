@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
+import threading
 from typing import Annotated
 
 import typer
@@ -95,15 +97,47 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler ending the job), unwound as Ctrl-C is: workers stopped, files closed whole."""
+
+
+_signalled: list[int] = []
+
+
+def _terminated(signum: int, frame: object) -> None:
+    _signalled.append(signum)  # typer and click turn the interrupt into Exit(130) or Abort: this says which it was
+    raise Terminated
+
+
+def _interrupted() -> None:
+    """The line and exit code of a run stopped by Ctrl-C (130) or SIGTERM (143)."""
+    if _signalled:
+        print("rhythm: terminated (SIGTERM); everything written so far is whole", file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)
+    print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
+    sys.exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rhythm`` console script."""
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+        try:
+            _main(argv)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     debug = os.environ.get("RHYTHM_DEBUG", "") not in ("", "0")
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="rhythm", standalone_mode=False)
         if isinstance(code, int) and code != 0:  # typer.Exit(n) comes back as a return value here
             if code == 130:  # typer turns Ctrl-C into Exit(130)
-                print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
+                _interrupted()
             sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -136,8 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
         _fail(f"{paths}: {exc.strerror or exc}")
     except (KeyboardInterrupt, typer.Abort):
-        print("rhythm: interrupted; everything written so far is whole", file=sys.stderr)
-        sys.exit(130)
+        _interrupted()
 
 
 if __name__ == "__main__":

@@ -118,17 +118,22 @@ def test_a_second_run_on_one_output_folder_stops_at_once(run_cli, tmp_path, teac
     assert (out / "training_log.jsonl").read_bytes() == b'{"step": 1}\n'
 
 
-def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
+def test_flavor_dry_run_describes_a_grpo_job(hub, tmp_path, teacher):
+    from huggingface_hub import HfApi
+
+    from .helpers import rhythm
+
+    HfApi(endpoint=hub.url, token=hub.token).create_repo("tester/rhythm-sft")  # the adapter it refines is there
     args = ["grpo", "--config", str(REPO / "rhythm" / "configs" / "grpo.yaml"), "--adapter", "tester/rhythm-sft", "--data", str(teacher),
             "--flavor", "a10g-large", "--set", "hub_model_id=tester/rhythm-grpo", "--set", "jobs.data_repo=tester/rhythm-teacher"]
-    code, out, err = run_cli(*args, "--dry-run")
+    code, out, err = rhythm(hub, tmp_path, *args, "--dry-run")
     assert code == 0, err
     spec = orjson.loads(out)
     assert spec["flavor"] == "a10g-large" and spec["labels"] == {"rhythm-stage": "grpo"} and spec["timeout"] == "4h"
     assert spec["environment"]["RHYTHM_STAGE"] == "grpo" and spec["environment"]["RHYTHM_OUTPUT_REPO"] == "tester/rhythm-grpo"
     assert spec["environment"]["RHYTHM_DATA_FILES"] == "teacher.jsonl"
-    assert spec["secrets"]["HF_TOKEN"] in ("***", "<not set>")
-    assert spec["would_upload"] == {"data_repo": "tester/rhythm-teacher", "files": [str(teacher)]}
+    assert spec["secrets"]["HF_TOKEN"] == "***"
+    assert spec["would_upload"] == {"data_repo": "tester/rhythm-teacher", "files": [str(teacher)], "private": True}
     assert spec["would_commit"]["repo"] == "tester/rhythm-grpo" and spec["would_commit"]["script"] == "rhythm_job/run.py"
     assert "dry run: nothing was sent" in err
 
@@ -147,7 +152,7 @@ def test_flavor_dry_run_describes_a_grpo_job(run_cli, teacher):
     # use_vllm pins vllm in the job script, so it must be installed here
     from importlib.util import find_spec
 
-    code, out, err = run_cli(*args, "--set", "step.use_vllm=true", "--dry-run")
+    code, out, err = rhythm(hub, tmp_path, *args, "--set", "step.use_vllm=true", "--dry-run")
     if find_spec("vllm") is None:
         assert code == 2 and "vllm is not installed" in err, err
     else:  # pragma: no cover - a machine with vllm
