@@ -50,7 +50,7 @@ def overrides(options: dict[str, object], sets: list[str] | None) -> dict[str, o
     return merged
 CheckpointResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output dir.")]
 FlavorOpt = Annotated[Optional[str], typer.Option("--flavor", help="Run on Hugging Face Jobs on this hardware, e.g. a10g-large.")]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="With --flavor: print the job spec (token redacted) and send nothing.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="With --flavor: print the job spec (token redacted); nothing is written to the Hub.")]
 WaitLockOpt = Annotated[
     bool,
     typer.Option("--wait-lock", help="If another run is writing the same output, wait for it instead of stopping (exit 2)."),

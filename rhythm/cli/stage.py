@@ -83,7 +83,7 @@ def submit_stage(stage: str, cfg: Any, data: list[str], *, dry_run: bool, lands:
     sub = submit_job(plan, dry_run=dry_run, say=err_console.print)
     if sub.dry_run:
         sys.stdout.write(orjson.dumps(sub.spec, option=orjson.OPT_INDENT_2).decode() + "\n")
-        err_console.print("dry run: nothing was sent")
+        err_console.print("dry run: nothing was written to the Hub")
         return
     sys.stdout.write(f"{sub.job_id}\t{sub.url}\n")
     err_console.print(f"submitted job {sub.job_id} on {jobs.flavor}: {sub.url}; the {lands} lands in {sub.run_repo}")

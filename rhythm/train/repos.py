@@ -132,7 +132,7 @@ def fill_hub_repos(stage: str, cfg: C) -> tuple[C, list[RepoChoice]]:
         check_push_account(account)
     changes = {k: f"{user}/{names[k]}" for k in missing}
     roles = {"hub_model_id": "model", "data_repo": "data", "adapter": "adapter"}
-    current = {**wanted, **({"adapter": adapter} if flavor and stage == "grpo" else {})}
+    current = {**wanted, **({"adapter": adapter} if flavor and stage == "grpo" and adapter else {})}  # none: a full model
     choices = [RepoChoice(roles[k], str(changes.get(k, v)), k in changes) for k, v in current.items()]
     for key in changes.keys() & labels.keys():  # the defaults from whoami too, before anything is said or sent
         check_repo_id(changes[key], labels[key])

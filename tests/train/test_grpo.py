@@ -135,7 +135,7 @@ def test_flavor_dry_run_describes_a_grpo_job(hub, tmp_path, teacher):
     assert spec["secrets"]["HF_TOKEN"] == "***"
     assert spec["would_upload"] == {"data_repo": "tester/rhythm-teacher", "files": [str(teacher)], "private": True}
     assert spec["would_commit"]["repo"] == "tester/rhythm-grpo" and spec["would_commit"]["script"] == "rhythm_job/run.py"
-    assert "dry run: nothing was sent" in err
+    assert "dry run: nothing was written to the Hub" in err
 
     # the committed files: a job script that runs the grpo stage, and a config the stage itself accepts
     from rhythm.train.jobs import plan_job

@@ -259,3 +259,4 @@ def test_a_grpo_run_whose_prompts_are_its_rollout_seeds_goes_to_jobs_without_dat
     spec = orjson.loads(out)
     assert spec["environment"]["RHYTHM_DATA_FILES"] == "" and spec["would_upload"]["files"] == []
     assert hub.requests == []
+    assert "hub repos: model tester/rhythm-grpo, data tester/rhythm-teacher\n" in err  # no "adapter None": a full model
