@@ -179,25 +179,24 @@ def find_config(path: str | Path) -> Path:
 
 
 class PlainNumbersLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2's numbers and booleans: YAML 1.1 reads ``010`` as 8, ``1:5`` as 65, ``0x10``
-    as 16, ``1_0`` as 10 and ``yes`` as true, so ``--set seeds=010`` played seed 8 where ``--seeds 010`` plays 10.
-    Such a value stays the text that was typed, which the field then reads as it reads the option."""
+    """PyYAML's safe loader with decimal integers only: YAML 1.1 reads ``010`` as 8 (octal), ``1:5`` as 65
+    (base 60), ``0x10`` as 16 and ``1_0`` as 10, so ``--set seeds=010`` played seed 8 where ``--seeds 010`` plays 10.
+    ``010`` is 10 here; the others stay the text that was typed, which the field then reads as it reads the option.
+    Booleans and floats are YAML 1.1's, as before (what ``yaml.safe_dump`` writes reads back the same)."""
 
 
 PlainNumbersLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (
-        "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:int"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-PlainNumbersLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                         list("tTfF"))
-PlainNumbersLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
-                                         list("-+0123456789"))
-PlainNumbersLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
-               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+.0123456789"))
+PlainNumbersLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def _decimal_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    return int(loader.construct_scalar(node))
+
+
+PlainNumbersLoader.add_constructor("tag:yaml.org,2002:int", _decimal_int)
 
 
 def plain_yaml(text: str) -> Any:

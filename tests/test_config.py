@@ -140,14 +140,22 @@ def test_set_seeds_refuses_what_the_option_refuses(run_cli, typed: str) -> None:
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
 
 
-def test_yaml_11_spellings_stay_the_text_that_was_typed(tmp_path: Path) -> None:
-    """Numbers and booleans as YAML 1.2 writes them; ``yes``, ``010`` and the like are text for the field to read."""
-    assert parse_overrides(["a=yes", "b=010", "c=1e-3", "d=true", "e=0.5", "f=-3", "g=off"]) == {
-        "a": "yes", "b": "010", "c": 0.001, "d": True, "e": 0.5, "f": -3, "g": "off"}
+def test_integers_are_decimal_and_other_yaml_11_numbers_stay_text(tmp_path: Path) -> None:
+    """``010`` is 10 (YAML 1.1: 8); ``1:5``, ``0x10``, ``1_0`` stay the text typed; booleans and floats as before,
+    inside a free-form mapping too; what ``yaml.safe_dump`` writes reads back the same."""
+    import yaml
+
+    from rhythm.config import plain_yaml
+
+    assert parse_overrides(["a=yes", "b=010", "c=1e-3", "d=true", "e=0.5", "f=-3", "g=off", "h=0x10", "i=1:5"]) == {
+        "a": True, "b": 10, "c": "1e-3", "d": True, "e": 0.5, "f": -3, "g": False, "h": "0x10", "i": "1:5"}
+    assert parse_overrides(["x={enable_thinking: no, seed: 010}"]) == {"x": {"enable_thinking": False, "seed": 10}}
     config = tmp_path / "c.yaml"
-    config.write_text("name: yes\ninner:\n  horizon: 010\n")
+    config.write_text("name: '010'\ninner:\n  horizon: 010\n")
     loaded = load_config(Outer, config)
-    assert loaded.name == "yes" and loaded.inner.horizon == 10
+    assert loaded.name == "010" and loaded.inner.horizon == 10
+    written = {"a": "010", "b": "1_0", "c": "0x10", "d": "1e3", "e": "1:5", "f": 10, "g": 1e-3, "h": "yes", "i": True}
+    assert plain_yaml(yaml.safe_dump(written)) == written
 
 
 def test_a_key_given_twice_is_refused_with_its_line(tmp_path: Path) -> None:
