@@ -25,6 +25,7 @@ when there is one. The token comes from ``HF_TOKEN`` or ``hf auth login``; the e
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections import Counter
@@ -326,13 +327,20 @@ def landed_commit(api: Any, repo_id: str, repo_type: str, message: str, parent: 
     return SimpleNamespace(commit_url=f"{where}/commit/{sha}", oid=sha)
 
 
+RUN_FILES = re.compile(
+    r"^(adapter_config\.json|adapter_model\..*|config\.json|generation_config\.json|model[-.\w]*\.safetensors"
+    r"|model\.safetensors\.index\.json|pytorch_model[-.\w]*\.bin|pytorch_model\.bin\.index\.json|training_args\.bin"
+    r"|tokenizer[-.\w]*|special_tokens_map\.json|chat_template\.jinja|vocab\.json|merges\.txt|added_tokens\.json"
+    r"|\w+_(config\.yaml|summary\.json|report\.json)|training_log\.jsonl|reward_log\.jsonl|\w+_rollouts\.jsonl)$")
+"""A trained model's files and a rhythm run's records, at the top of a model repo: what a push replaces."""
+
+
 def earlier_model_files(api: Any, repo_id: str, kept: set[str]) -> tuple[str | None, list[str]]:
-    """A model repo's head commit and the files in it that an upload of a trained model does not bring (the earlier
-    model's: a LoRA adapter's files beside full weights would load as the old adapter), less the job folder
-    (``rhythm_job/``), ``.gitattributes`` and the card (the new one replaces it; a card of the user's own is kept)."""
+    """A model repo's head commit and the files of an earlier model or run there (:data:`RUN_FILES`) that an upload
+    of a trained model does not bring: a LoRA adapter's files beside new full weights would load as the old adapter.
+    Anything else (a card, a licence, eval results, the job folder) is left as it is."""
     info = api.model_info(repo_id)
-    stale = [s.rfilename for s in info.siblings or [] if s.rfilename not in kept
-             and s.rfilename not in (".gitattributes", "README.md") and not s.rfilename.startswith(f"{JOB_DIR}/")]
+    stale = [s.rfilename for s in info.siblings or [] if s.rfilename not in kept and RUN_FILES.match(s.rfilename)]
     return info.sha, sorted(stale)
 
 

@@ -140,11 +140,12 @@ def test_a_model_pushed_over_another_kind_leaves_none_of_the_old_ones_files(hub,
     assert code == 0, err
     repo = hub.repo("tester/student", "model")
     repo.files["rhythm_job/run.py"] = b"print('the job')"  # what a Jobs submission commits beside the run
+    repo.files["eval_results.json"] = b"{}"  # and what the user put there: neither is the old model's
     code, _, err = rhythm(hub, tmp_path, "upload", "--files", str(full), "--repo", "tester/student", "--repo-type", "model")
     assert code == 0, err
     files = set(hub.repo("tester/student", "model").files)
     assert not files & {"adapter_config.json", "adapter_model.safetensors"}
-    assert {"config.json", "model.safetensors", "training_log.jsonl", "rhythm_job/run.py"} <= files
+    assert {"config.json", "model.safetensors", "training_log.jsonl", "rhythm_job/run.py", "eval_results.json"} <= files
     assert "removed from tester/student what this model does not have: adapter_config.json, adapter_model.safetensors" \
         in " ".join(err.split())
 
