@@ -97,15 +97,14 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\",}]+")
+
+
 def _redact_arg(arg: str) -> str:
-    """A command-line argument as provenance records it: a URL in it (``--base-url URL``, ``--set llm.base_url=URL``)
-    without its password or secret-looking query values, since a recorded command travels with the data it made."""
-    if "://" not in arg:
-        return arg
-    key, eq, value = arg.partition("=")
-    if eq and "://" in value and "://" not in key:
-        return f"{key}={redact_url(value)}"
-    return redact_url(arg)
+    """A command-line argument as provenance records it: each URL in it (``--base-url URL``, ``--set llm.base_url=URL``,
+    ``--set=...``, a mapping ``--set 'llm={base_url: URL}'``) without its password or secret-looking query values, since
+    a recorded command travels with the data it made."""
+    return _URL.sub(lambda m: redact_url(m.group(0)), arg) if "://" in arg else arg
 
 
 def file_digest(path: str | Path, keep: Callable[[Path], bool] = lambda rel: True) -> str:

@@ -30,5 +30,7 @@ def test_a_recorded_command_keeps_no_password_or_secret_of_a_url(tmp_path: Path)
     said = _run(["probe.py", "--base-url", "http://proxyuser:S3CRETpass@127.0.0.1:9/v1", "--set",
                  "llm.endpoint=https://x.example/v1?api-key=ABCDEF123&region=eu", "--set", "data=a.jsonl"], tmp_path)
     assert "S3CRET" not in said and "ABCDEF" not in said and "proxyuser" not in said
+    for arg in ("--set=llm.base_url=http://u:S3CRET@h/v1", "llm={provider: openai, base_url: 'http://u:S3CRET@h/v1'}"):
+        assert "S3CRET" not in _run(["probe.py", arg], tmp_path)
     assert said == ("python probe.py --base-url 'http://***@127.0.0.1:9/v1' --set "
                     "'llm.endpoint=https://x.example/v1?api-key=%2A%2A%2A&region=eu' --set data=a.jsonl")

@@ -35,7 +35,7 @@ from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
 from rhythm.grader import GRADERS, belief_mae_by_step, prior_mae_beside, true_belief
 from rhythm.locking import output_lock
-from rhythm.model.llm_client import SENDING, LLMConfig
+from rhythm.model.llm_client import SENDING, LLMConfig, redacted
 from rhythm.model.load import ModelOptions, adapter_config, weights_digest
 from rhythm.provenance import made_by, versions
 from rhythm.records import (
@@ -350,7 +350,7 @@ def evaluate(
         "env_version": ENV_VERSION,
         "protocol": PROTOCOL_VERSION,
         "split": cfg.split,
-        "config": config_dict(cfg),
+        "config": config_dict(replace(cfg, llm=redacted(cfg.llm))),  # a URL's password is not recorded
         "config_hash": chash,
         "versions": versions(),
         "conditions": {},
@@ -441,7 +441,7 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
                 raise RhythmError(f"{partial} holds {held} weeks of an eval that did not finish; pass --resume to keep "
                                   "them and play the rest, or delete it to start over")
             partial.unlink(missing_ok=True)
-        write_config(cfg, sidecar_path(partial), made_by(config_hash=eval_hash(cfg, weights), weights=weights,
+        write_config(replace(cfg, llm=redacted(cfg.llm)), sidecar_path(partial), made_by(config_hash=eval_hash(cfg, weights), weights=weights,
                                                          runtime=runtime))
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 

@@ -41,7 +41,7 @@ import asyncio
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -146,6 +146,12 @@ class Target:
     provider: str
     name: str
     url: str
+
+
+def redacted(llm: LLMConfig) -> LLMConfig:
+    """``llm`` as a file records it: its URLs without passwords or secret-looking query values."""
+    return replace(llm, base_url=None if llm.base_url is None else redact_url(llm.base_url),
+                   endpoint=None if llm.endpoint is None else redact_url(llm.endpoint))
 
 
 def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:

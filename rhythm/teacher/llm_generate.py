@@ -58,10 +58,11 @@ from rhythm.model.llm_client import (
     StepReply,
     Target,
     ask,
+    redacted,
     resolve_target,
 )
 from rhythm.protocol import conversation, parse_reply
-from rhythm.provenance import now_iso, redact_url
+from rhythm.provenance import now_iso
 from rhythm.records import EpisodeRecord, JsonlWriter, StepRecord, dumps, episode_key, iter_jsonl, write_atomic
 from rhythm.teacher.output import GenerateConfig, GenerateSummary, canonical, data_hash, open_output
 
@@ -253,15 +254,7 @@ def written_config(cfg: GenerateConfig) -> GenerateConfig:
     """The config as recorded beside the data: the teacher spelt :func:`~rhythm.teacher.output.canonical`, URLs
     without passwords or secret query values."""
     cfg = canonical(cfg)
-    llm = cfg.llm
-    return replace(
-        cfg,
-        llm=replace(
-            llm,
-            base_url=None if llm.base_url is None else redact_url(llm.base_url),
-            endpoint=None if llm.endpoint is None else redact_url(llm.endpoint),
-        ),
-    )
+    return replace(cfg, llm=redacted(cfg.llm))
 
 
 def _run_async(make: Callable[[], Any]) -> None:

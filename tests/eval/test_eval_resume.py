@@ -171,6 +171,20 @@ def test_a_resume_refused_for_other_weights_names_them(tmp_path: Path, monkeypat
         resumed_weeks(cfg, partial, {"model:x": "b" * 16})
 
 
+def test_an_eval_records_no_password_of_a_url(tmp_path: Path) -> None:
+    """The results' config and the episodes' sidecar record ``llm.base_url`` without its password (they travel with
+    the weeks, to a dataset repo too); ``rhythm generate`` already wrote its config so."""
+    from rhythm.model.llm_client import LLMConfig
+
+    cfg = EvalConfig(agent="heuristic", condition="discrete", episodes=2, references=[], output=str(tmp_path / "r.json"),
+                     llm=LLMConfig(base_url="http://user:S3CRET@127.0.0.1:9/v1?api-key=K3Y&region=eu"))
+    run_eval(cfg)
+    for path in tmp_path.iterdir():
+        assert b"S3CRET" not in path.read_bytes() and b"K3Y" not in path.read_bytes(), path
+    assert orjson.loads((tmp_path / "r.json").read_bytes())["config"]["llm"]["base_url"] == (
+        "http://***@127.0.0.1:9/v1?api-key=%2A%2A%2A&region=eu")
+
+
 def test_resume_without_a_partial_plays_every_week(tmp_path: Path) -> None:
     said: list[str] = []
     cfg = EvalConfig(agent="heuristic", condition="discrete", episodes=2, references=[], output=str(tmp_path / "r.json"))
