@@ -520,10 +520,11 @@ def test_an_adapter_refined_on_another_base_names_that_base(run_cli, tmp_path, t
     code, _, err = run_cli(
         "grpo", "--config", TINY_CONFIG, "--adapter", str(sft_adapter), "--model", str(sft_model), "--data", str(teacher),
         "-o", str(out), "--max-steps", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8",
-        "--set", "max_completion_length=24", "-q")
+        "--set", "max_completion_length=24", "--set", "save_steps=1", "-q")
     assert code == 0, err
     assert adapter_config(str(sft_adapter))["base_model_name_or_path"] != str(sft_model)
     assert adapter_config(str(out))["base_model_name_or_path"] == str(sft_model)
+    assert adapter_config(str(out / "checkpoint-1"))["base_model_name_or_path"] == str(sft_model)  # a checkpoint too
 
 
 def test_a_lora_adapter_on_another_base_than_its_own_is_said_and_a_missing_one_refused(tmp_path, monkeypatch):

@@ -42,7 +42,6 @@ weeks whose states are the prompts). Heavy imports happen inside functions.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -163,20 +162,10 @@ def load_policy(cfg: GRPORunConfig, resolved: dict[str, Any]) -> tuple[Any, Any,
     source["tokenizer"] = str(tok_source)
     if cfg.adapter:
         model = load_adapter(model, cfg.adapter, name=cfg.adapter, base=base, trainable=True)
+        for adapter in model.peft_config.values():  # every save (checkpoints too) names the base it is refined on:
+            adapter.base_model_name_or_path = base  # PEFT kept the name it was trained on, another student in eval
     finish_tokenizer(tokenizer, tok_source)  # left padding: GRPOTrainer requires it
     return model, tokenizer, source
-
-
-def name_base(folder: Path, base: str | None) -> None:
-    """The saved adapter names the base it was refined on: PEFT keeps the loaded adapter's own, and an adapter refined
-    on another base (``model_name_or_path``) would be evaluated on the base it was first trained on, another student."""
-    path = folder / "adapter_config.json"
-    if base is None or not path.is_file():
-        return
-    config = json.loads(path.read_text())
-    if config.get("base_model_name_or_path") != base:
-        config["base_model_name_or_path"] = base
-        path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def grpo_config(cfg: GRPORunConfig, resolved: dict[str, Any], quiet: bool = False):
@@ -443,8 +432,6 @@ def _train(run: GRPORun, started: float, say: Callable[[str], None]) -> dict[str
     if "ref" in getattr(model, "peft_config", {}):  # TRL's frozen copy of the starting adapter (beta > 0)
         model.delete_adapter("ref")
     trainer.save_model(cfg.output_dir)
-    if main:
-        name_base(out, run.source.get("base"))
     history = trainer.state.log_history
     per_func = {}
     for name in cfg.reward_funcs:
