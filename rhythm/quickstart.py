@@ -58,7 +58,7 @@ from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.teacher.generate import validate as validate_generate
-from rhythm.train.grpo import GRPORunConfig, run_grpo
+from rhythm.train.grpo import GRPORunConfig, check_given_sections, run_grpo
 from rhythm.train.grpo import validate as validate_grpo
 from rhythm.train.run_folder import data_paths, empty_folder, latest_checkpoint, remove
 from rhythm.train.sft import SFTRunConfig, run_sft
@@ -395,6 +395,7 @@ def check_stages(cfg: QuickstartConfig) -> None:
                 stage = replace(stage, output_dir=str(Path(tmp) / name),
                                 data=str(teacher) if cls is SFTRunConfig or data_paths(stage) else stage.data)
                 if cls is GRPORunConfig:
+                    check_given_sections(stage, list(over))  # grpo.episode.* beside a branch stage would do nothing
                     validate_grpo(replace(stage, adapter=None, model_name_or_path=str(Path(tmp) / "sft")))
                 else:
                     validate_sft(stage)

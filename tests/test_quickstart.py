@@ -456,6 +456,7 @@ def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when
     ({"grpo": {**MINI["grpo"], "jobs": {"flavor": "a10g-large"}}}, "quickstart grpo: jobs.flavor=a10g-large: the quickstart runs"),
     ({"grpo": {**MINI["grpo"], "use_peft": True}}, "quickstart sft: grpo.use_peft: the SFT student is full weights"),
     ({"dagger": DaggerStage(copies=3)}, "dagger settings without dagger.config: no DAgger stage runs"),
+    ({"grpo": {**MINI["grpo"], "episode": {"every_k_turns": 4}}}, "quickstart grpo: episode is read by episode mode only"),
     ({"openings_config": None, "sft_config": "configs/sft-tiny-weeks.yaml"}, "openings settings without openings_config"),
 ])
 def test_every_stages_settings_are_checked_before_the_first_stage(tmp_path: Path, over, needle) -> None:

@@ -115,11 +115,13 @@ def labels(files: Sequence[str]) -> list[str]:
         names = [label(f, d, n) for f, d, n in zip(files, depth, named, strict=True)]
         clash = [i for i, n in enumerate(names) if names.count(n) > 1]
         grown = False
-        for i in clash:
-            if label(files[i], depth[i] + 1, named[i]) != names[i]:
+        folder = [Path((file_list(f) or [f])[0]).parent for f in files]
+        for i in clash:  # two evals in one folder: their own names (beside it); else the folders above
+            shared = any(j != i and names[j] == names[i] and folder[j] == folder[i] for j in clash)
+            if shared and not named[i] and label(files[i], depth[i] + 1, True) != names[i]:
+                named[i], depth[i], grown = True, depth[i] + 1, True
+            elif label(files[i], depth[i] + 1, named[i]) != names[i]:
                 depth[i], grown = depth[i] + 1, True
-            elif not named[i] and label(files[i], depth[i], True) != names[i]:
-                named[i], grown = True, True
         if not grown:
             return names
 

@@ -420,7 +420,8 @@ def submit_job(plan: JobPlan, *, dry_run: bool = False, say=None) -> Submission:
         check_repo_files(HfApi(token=get_token()), plan)  # read only (no call when every file is uploaded)
         spec = plan.spec(endpoint, "<commit of rhythm_job/>", "<commit of the data upload>" if plan.uploads else None,
                          get_token())
-        spec["would_upload"] = {"data_repo": plan.data_repo, "files": plan.uploads, "private": True}
+        spec["would_upload"] = {"data_repo": plan.data_repo, "files": plan.uploads,
+                                "private": "if created (an existing repo keeps its visibility)"}
         spec["would_commit"] = {"repo": plan.run_repo, "private": plan.private, "files": len(plan.files),
                                 "script": plan.script_path}
         return Submission(None, None, plan.run_repo, None, redact(spec), dry_run=True)

@@ -133,7 +133,8 @@ def test_flavor_dry_run_describes_a_grpo_job(hub, tmp_path, teacher):
     assert spec["environment"]["RHYTHM_STAGE"] == "grpo" and spec["environment"]["RHYTHM_OUTPUT_REPO"] == "tester/rhythm-grpo"
     assert spec["environment"]["RHYTHM_DATA_FILES"] == "teacher.jsonl"
     assert spec["secrets"]["HF_TOKEN"] == "***"
-    assert spec["would_upload"] == {"data_repo": "tester/rhythm-teacher", "files": [str(teacher)], "private": True}
+    assert spec["would_upload"] == {"data_repo": "tester/rhythm-teacher", "files": [str(teacher)],
+                                    "private": "if created (an existing repo keeps its visibility)"}
     assert spec["would_commit"]["repo"] == "tester/rhythm-grpo" and spec["would_commit"]["script"] == "rhythm_job/run.py"
     assert "dry run: nothing was written to the Hub" in err
 
