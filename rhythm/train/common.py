@@ -25,7 +25,7 @@ from rhythm.records import check_output
 from rhythm.train.hub import check_repo_id, model_card, push_folder
 from rhythm.train.jobs import JobsConfig, resumes
 from rhythm.train.processes import end_distributed, is_main_process, world_size
-from rhythm.train.run_folder import check_inputs_outside, claim_output_dir, data_digest, data_paths
+from rhythm.train.run_folder import check_inputs_outside, claim_output_dir, data_digest, data_paths, model_digests
 
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -291,6 +291,7 @@ def write_run_start(run: Any, stage: str, report_name: str, report_key: str, say
     write_json(out / report_name, run.report.to_dict())
     resumed = {} if run.resume is None else {"resumed_from": str(run.resume)}
     resumed["data_digest"] = data_digest(run.cfg)  # what a resume checks the files against
+    resumed["model_digests"] = model_digests(run.cfg)  # and the local model it starts from, if the run moves
     write_config(run.cfg, out / f"{stage}_config.yaml", extra={
         **made_by(stage=stage, resolved=run.resolved, **resumed, **provenance), report_key: run.report.to_dict(),
     })

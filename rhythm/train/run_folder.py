@@ -16,6 +16,7 @@ import orjson
 
 from rhythm.config import config_dict, flat_settings, read_recorded, settings_change
 from rhythm.errors import RhythmError
+from rhythm.model.load import weights_digest
 from rhythm.provenance import file_digest
 from rhythm.records import file_list
 from rhythm.train.jobs import resumes
@@ -94,6 +95,13 @@ def data_paths(cfg: Any) -> list[str]:
     return file_list(str(cfg.data or ""))
 
 
+def model_digests(cfg: Any) -> dict[str, str]:
+    """The digests of a run's local model and adapter folders (:func:`rhythm.model.load.weights_digest`), recorded when
+    it starts so a resume of the run moved with them knows them for the same (a Hub id or ``rhythm-tiny``: none)."""
+    found = {key: weights_digest(str(getattr(cfg, key, None) or "")) for key in ("model_name_or_path", "adapter")}
+    return {key: digest for key, digest in found.items() if digest is not None}
+
+
 def data_digest(cfg: Any) -> str | None:
     """The digest of a run's data files (:func:`rhythm.provenance.file_digest`), recorded when it starts so a resume
     notices files changed in place; None for stdin."""
@@ -139,9 +147,11 @@ def check_resume(cfg: Any, stage: str, checkpoint: Path) -> None:
         return
     then_out, now_cfg = settings.get("output_dir"), config_dict(cfg)
     before, now = (_comparable(flat_settings(c, RESUME_MAY_CHANGE)) for c in (settings, now_cfg))
-    for key in PATH_SETTINGS:  # a run moved with its inputs (a quickstart folder): its data digest then confirms it
+    models = provenance.get("model_digests") or {}
+    for key in PATH_SETTINGS:  # a run moved with its inputs (a quickstart folder): their digests confirm them
         if key in before and key in now and before[key] != now[key]:
-            if _from_run(settings.get(key), then_out) == _from_run(now_cfg.get(key), cfg.output_dir):
+            moved = _from_run(settings.get(key), then_out) == _from_run(now_cfg.get(key), cfg.output_dir)
+            if moved and (key == "data" or (models.get(key) is not None and models[key] == weights_digest(now_cfg[key]))):
                 before[key] = now[key]
     differs = settings_change({k: v for k, v in before.items() if k in now}, {k: v for k, v in now.items() if k in before})
     recorded = provenance.get("data_digest")

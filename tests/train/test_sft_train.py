@@ -180,19 +180,22 @@ def test_resume_continues_from_the_checkpoint(sft_run, tmp_path):
 
 @pytest.mark.slow
 def test_a_run_moved_with_its_data_resumes_and_other_data_there_is_refused(tmp_path, tiny_student):
-    """A run folder moved together with its inputs (a quickstart folder) resumes: its paths compare as where they
-    lie from the run. Other data at the same place is still refused (the data digest)."""
+    """A run folder moved together with its inputs (a quickstart folder: the data, the model it starts from) resumes:
+    their paths compare as where they lie from the run. Other data or another model at the same place is still
+    refused (the data digest, the model's weights digest)."""
     a = tmp_path / "a"
     a.mkdir()
     write_episodes(a / "teacher.jsonl", range(4))
-    cfg = SFTRunConfig(**{**TINY, "max_steps": 2, "save_steps": 1, "eval_steps": 2}, data=str(a / "teacher.jsonl"),
-                       output_dir=str(a / "run"))
+    shutil.copytree(tiny_student, a / "base")  # the model it starts from, moved with it
+    cfg = SFTRunConfig(**{**TINY, "max_steps": 2, "save_steps": 1, "eval_steps": 2, "model_name_or_path": str(a / "base")},
+                       data=str(a / "teacher.jsonl"), output_dir=str(a / "run"))
     run_sft(cfg, quiet=True, log=lambda m: None)
     shutil.rmtree(a / "run" / "checkpoint-2")  # stopped after its first checkpoint
     (a / "run" / "sft_summary.json").unlink()
     b = tmp_path / "b"
     a.rename(b)
-    moved = dataclasses.replace(cfg, data=str(b / "teacher.jsonl"), output_dir=str(b / "run"), resume_from_checkpoint="latest")
+    moved = dataclasses.replace(cfg, data=str(b / "teacher.jsonl"), output_dir=str(b / "run"),
+                                model_name_or_path=str(b / "base"), resume_from_checkpoint="latest")
     write_episodes(tmp_path / "other.jsonl", range(5))
     with pytest.raises(RhythmError, match=r"other settings \(data: \S+/a/teacher.jsonl -> \S+/other.jsonl\)"):
         run_sft(dataclasses.replace(moved, data=str(tmp_path / "other.jsonl")), quiet=True, log=lambda m: None)
@@ -201,6 +204,11 @@ def test_a_run_moved_with_its_data_resumes_and_other_data_there_is_refused(tmp_p
     with pytest.raises(RhythmError, match=r"other settings \(the data files changed since the run started"):
         run_sft(moved, quiet=True, log=lambda m: None)
     (b / "teacher.jsonl").write_bytes(kept)
+    weights = (b / "base" / "model.safetensors").read_bytes()
+    shutil.copy(b / "run" / "checkpoint-1" / "model.safetensors", b / "base" / "model.safetensors")  # another model there
+    with pytest.raises(RhythmError, match=r"other settings \(model_name_or_path: \S+/a/base -> \S+/b/base\)"):
+        run_sft(moved, quiet=True, log=lambda m: None)
+    (b / "base" / "model.safetensors").write_bytes(weights)
     summary = run_sft(moved, quiet=True, log=lambda m: None)
     assert summary["global_step"] == 2 and summary["resumed_from_step"] == 1
 
