@@ -97,6 +97,15 @@ def test_relabel_bad_input_is_one_line_and_exit_2(run_cli, tmp_path: Path) -> No
     empty.write_text("")
     code, _, err = run_cli("relabel", str(empty))
     assert code == 2 and err.strip() == f"rhythm: error: no weeks in {empty}"
+    # a week of another env version or text protocol: the filter would read it through this env (and SFT took it)
+    week = _weeks(tmp_path / "weeks.jsonl", "heuristic", [EpisodeSpec("in-dist", "train", 0)])[0]
+    for other, needle in (({**week, "env_version": "rhythm-v0"}, "a week of env rhythm-v0"),
+                          ({**week, "protocol": 1}, "record is text protocol v1")):
+        path = tmp_path / "other.jsonl"
+        path.write_bytes(orjson.dumps(other) + b"\n")
+        code, out, err = run_cli("relabel", str(path), "-o", str(tmp_path / "other_out.jsonl"))
+        assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+        assert not (tmp_path / "other_out.jsonl").exists()
 
 
 def test_restore_labels_name_the_rules_action_where_a_meter_runs_low_and_keep_the_rest(run_cli, tmp_path: Path) -> None:
@@ -122,6 +131,37 @@ def test_restore_labels_name_the_rules_action_where_a_meter_runs_low_and_keep_th
     assert [w["relabelled"] for w in own] == [{"belief": "bayes filter", "action": "restore rule below 0.3"}] * 4
     unlabelled = filtered_weeks(played, restore_below=0.0)  # no meter is below 0: nothing is named
     assert [{**w, "relabelled": None} for w in unlabelled] == [{**w, "relabelled": None} for w in plain]
+
+
+def test_sft_learns_the_restore_labels_and_keeps_weeks_that_had_a_parse_failure(run_cli, tmp_path: Path) -> None:
+    """The DAgger stage's SFT (strip_reasoning, as configs/sft-tiny-dagger.yaml) trains on the label each relabelled
+    reply names, not the action played (the stripped reply was rebuilt from the played action: the restore labels
+    never reached training); a week with a parse failure as played is relabelled whole, and kept."""
+    from rhythm.config import load_config
+    from rhythm.train.data import DataOptions, build_examples
+    from rhythm.train.sft import SFTRunConfig
+
+    played = _weeks(tmp_path / "played.jsonl", "random", [EpisodeSpec("ood", "train", s) for s in range(4)])
+    broken = {**played[0], "steps": [{**st, "response": "no idea", "parse_ok": False} if t == 3 else st
+                                     for t, st in enumerate(played[0]["steps"])],
+              "score": {**played[0]["score"], "parse_failures": 1}}
+    with JsonlWriter(tmp_path / "weeks.jsonl") as w:
+        for r in [broken, *played[1:]]:
+            w.write(r)
+    code, _, err = run_cli("relabel", str(tmp_path / "weeks.jsonl"), "-o", str(tmp_path / "own.jsonl"), "--restore-below", "0.3")
+    assert code == 0, err
+    own = [r for _, r in read_episodes(tmp_path / "own.jsonl")]
+    assert all(st["parse_ok"] for w in own for st in w["steps"]) and own[0]["score"]["parse_failures"] == 0
+    dagger = load_config(SFTRunConfig, "configs/sft-tiny-dagger.yaml")
+    assert dagger.strip_reasoning and dagger.drop_parse_failures
+    options = DataOptions(val_fraction=0.0, strip_reasoning=True, drop_parse_failures=True)
+    rows, report = build_examples(str(tmp_path / "own.jsonl"), options)
+    assert report.episodes_kept == 4 and not report.dropped_episodes
+    by_seed = {r["seed"]: r for r in rows["train"]}
+    for week in own:
+        replies = [m["content"] for m in by_seed[week["seed"]]["messages"] if m["role"] == "assistant"]
+        assert [r.split("ACTION: ")[1] for r in replies] == [st["response"].split("ACTION: ")[1] for st in week["steps"]]
+    assert any(st["response"].split("ACTION: ")[1] != st["action"] for w in own for st in w["steps"]), "a label differs"
 
 
 def test_relabelling_in_batches_labels_each_week_as_alone(tmp_path: Path, monkeypatch) -> None:

@@ -17,6 +17,7 @@ from rhythm.agents.posterior import ParticlePosterior
 from rhythm.agents.restore import restore_labels
 from rhythm.agents.teachers import spec_keys
 from rhythm.config import read_recorded, settings_change, write_config
+from rhythm.env.constants import ENV_VERSION
 from rhythm.errors import RhythmError
 from rhythm.locking import output_lock
 from rhythm.protocol import format_ending
@@ -24,6 +25,7 @@ from rhythm.provenance import made_by
 from rhythm.records import (
     JsonlWriter,
     check_output,
+    check_protocol,
     check_trainable,
     done_keys,
     episode_key,
@@ -71,15 +73,17 @@ def with_beliefs(records: list[dict[str, Any]], beliefs: Sequence[np.ndarray],
     :func:`filter_beliefs`, the teacher's belief at the states a student reached: what ``rhythm analyze
     teacher-forced --filter`` compares with, and what the quickstart's ``dagger`` stage learns (DAgger for the
     belief). The records are copied; each step's ``action`` stays the one played, so each week's observations
-    still follow from its actions."""
+    still follow from its actions; every reply parses (``parse_ok``, the score's ``parse_failures`` 0)."""
     out = []
     for i, (record, week) in enumerate(zip(records, beliefs, strict=True)):
         steps = []
         for t, (step, b) in enumerate(zip(record["steps"], week, strict=True)):
             stated = [round(float(x), 2) for x in b]
             action = (labels[i][t] if labels is not None else None) or step["action"]
-            steps.append({**step, "belief": stated, "response": format_ending(stated, action)})
-        out.append({**record, "steps": steps})
+            # the reply is the protocol's by construction: a parse failure of the week as played is not its own
+            steps.append({**step, "belief": stated, "response": format_ending(stated, action), "parse_ok": True})
+        score = record.get("score")  # as played, less the parse failures its replies no longer have
+        out.append({**record, "steps": steps, **({"score": {**score, "parse_failures": 0}} if isinstance(score, dict) else {})})
     return out
 
 
@@ -115,6 +119,10 @@ def _relabel(episodes: str, output: str, restore_below: float | None, resume: bo
     records = []
     for where, record in read_episodes(episodes):
         check_trainable(record, where)  # what relabel writes is SFT data: refused here, not at the next stage
+        check_protocol(record, where)
+        if record.get("env_version") != ENV_VERSION:  # the filter replays its actions in this env: another person
+            raise RhythmError(f"{where}: a week of env {record.get('env_version')} (this rhythm: {ENV_VERSION}); the "
+                              "filter would read it through this env's dynamics: relabel weeks played by this rhythm")
         records.append(record)
     if not records:
         raise RhythmError(f"no weeks in {episodes}")

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rhythm.env.constants import ACTIONS
 from rhythm.env.render import ECHOED_ACTION
 from rhythm.errors import RhythmError
 from rhythm.protocol import format_ending, parse_reply, record_conversation
@@ -101,8 +102,8 @@ def week_replies(steps: list[dict[str, Any]], options: DataOptions, where: str) 
             return [], PARSE_FAILURE
         if options.strip_reasoning and parsed.belief is None:
             return [], NO_BELIEF
-        # the action the week played (a parser of another version may read the reply otherwise)
-        replies.append(format_ending(parsed.belief, step["action"]) if options.strip_reasoning else response)
+        # the reply's own action: the label, which rhythm relabel's restore rule sets apart from the action played
+        replies.append(format_ending(parsed.belief, ACTIONS[parsed.action]) if options.strip_reasoning else response)
     return replies, None
 
 
