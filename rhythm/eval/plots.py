@@ -224,7 +224,7 @@ def final_scores_figure(bars: list[ScoreBar], same_seeds: bool = True, split: st
                 ax.text(x, top + 0.012, f"{b.mean:.2f}", ha="center", va="bottom", fontsize=7, rotation=90)
                 legend_name = {
                     "agent": f"{name} (95% CI)" if b.ci95 is not None else f"{name} (one week: no CI)",
-                    "reference": f"{name} (reference, " + ("same seeds)" if same_seeds else "the first file's seeds)"),
+                    "reference": f"{name} (reference, " + ("same seeds)" if same_seeds else "the seeds of the first file that played it)"),
                     "published": f"published: {name}",
                 }[kind]
                 if legend_name not in handles:
@@ -541,7 +541,8 @@ def training_figure(series: list[TrainingSeries]) -> Any:
             for s in has_sft:
                 color = _CYCLE[order.setdefault(s.label, len(order)) % len(_CYCLE)]
                 if s.train_loss[0]:
-                    ax.plot(*s.train_loss, color=color, linewidth=1.6, label=f"{s.label}: train loss")
+                    ax.plot(*s.train_loss, color=color, linewidth=1.6, label=f"{s.label}: train loss",
+                            marker="o" if len(s.train_loss[0]) < 2 else None, markersize=4)  # one point draws no line
                 if s.eval_loss[0]:
                     ax.plot(*s.eval_loss, color=color, linestyle="--", marker="o", markersize=4, linewidth=1.6,
                             label=f"{s.label}: validation loss")

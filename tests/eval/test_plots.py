@@ -199,6 +199,19 @@ def test_training_series_reads_trl_log_history(tmp_path: Path) -> None:
     assert unlabeled.reward[1] == [0.30, 0.40, 0.45]
 
 
+def test_a_loss_logged_once_is_drawn(tmp_path: Path) -> None:
+    """A run of one or two steps logs its training loss once: a line through one point draws nothing, and the panel
+    was empty beside its legend; the point is marked, as the validation loss's are."""
+    from rhythm.eval.plots import training_figure
+
+    folder = write_log(tmp_path / "short", [{"loss": 6.9, "step": 1, "stage": "sft"}])
+    fig = training_figure([training_series(folder)])
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_marker() == "o" and list(line.get_xdata()) == [1.0]
+    two = training_series(write_log(tmp_path / "two", [{"loss": 6.9 / s, "step": s, "stage": "sft"} for s in (1, 2)]))
+    assert training_figure([two]).axes[0].get_lines()[0].get_marker() in (None, "None", "")
+
+
 def test_a_loss_that_stopped_being_a_number_is_said_not_dropped(tmp_path: Path) -> None:
     """A diverged run (its log holds NaN as null) would be drawn as a short, healthy curve: the plot says so."""
     log = [{"loss": 2.0 / step, "step": step, "stage": "sft"} for step in range(1, 6)]
