@@ -51,6 +51,12 @@ def _line(summary: dict) -> str:
         trained = f"train loss {summary['train_loss_last']:.3f} (logged at step {last} only: see logging_steps)"
     else:
         trained = f"train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
-    return (f"sft: {summary['global_step']} steps, {trained}"
-            + (f", validation loss {summary['eval_loss_first']:.3f} -> {eval_loss:.3f}" if eval_loss is not None else "")
+    evaluated = summary.get("eval_loss_steps") or (None, None)
+    if eval_loss is None:
+        validated = ""
+    elif evaluated[0] == evaluated[1]:  # one validation: no "X -> X"
+        validated = f", validation loss {eval_loss:.3f} (at step {evaluated[1]} only)"
+    else:
+        validated = f", validation loss {summary['eval_loss_first']:.3f} -> {eval_loss:.3f}"
+    return (f"sft: {summary['global_step']} steps, {trained}{validated}"
             + f", {summary['seconds']:.0f} s -> {summary['output_dir']}")

@@ -6,6 +6,7 @@ LoRA, trainer arguments, log, the files written before and after training), then
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -71,7 +72,7 @@ class TrainRunConfig:
     lora_target_modules: list[str] = field(default_factory=lambda: list(QWEN_LINEAR))
     """Modules that get adapters (names inside the model); [all-linear] = every linear layer but the LM head."""
     # --- logging, checkpoints
-    save_total_limit: int | None = 2
+    save_total_limit: Positive | None = 2
     """Checkpoints kept on disk (oldest deleted)."""
     overwrite_output_dir: bool = False
     """Start afresh in an output_dir that already holds a run (everything in it is deleted first)."""
@@ -90,10 +91,18 @@ class TrainRunConfig:
     """Hugging Face Jobs settings (``jobs.flavor`` set: the stage runs there)."""
 
 
+FINITE = ("num_train_epochs", "learning_rate", "min_score", "warmup_ratio", "weight_decay")
+"""Float settings that take no infinity (``max_grad_norm: inf`` is no clipping: it may)."""
+
+
 def check_shared(cfg: Any) -> None:
     """The checks of what both stages have: the bounds their fields declare, steps, dtype, a push's repo, a resume
     (not from stdin: the piped weeks cannot be compared with the run's) and, for a local run, the data files."""
     check_bounds(cfg)
+    for f in dataclasses.fields(cfg):  # NaN passes every bound (each comparison is false): min_score=nan kept all
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and f.name in FINITE)):
+            raise RhythmError(f"{f.name} must be a finite number, got {value}")
     if cfg.max_steps == 0 or cfg.max_steps < -1:
         raise RhythmError(f"max_steps must be positive or -1, got {cfg.max_steps}")
     if cfg.dtype not in ("auto", "bfloat16", "float16", "float32"):
@@ -111,7 +120,7 @@ def check_shared(cfg: Any) -> None:
     if cfg.jobs.flavor is None:
         models = [m for m in (cfg.model_name_or_path, getattr(cfg, "adapter", None)) if m]  # trained in place: gone
         check_output(cfg.output_dir, inputs=[*data_paths(cfg), *models], folder=True, what="output_dir")
-        for path in data_paths(cfg):
+        for path in data_paths(cfg):  # a file named twice is read twice: its weeks weigh double (the DAgger stage's copies)
             if path != "-" and not Path(path).is_file():
                 raise RhythmError(f"{path} is a folder; give its JSONL files" if Path(path).is_dir() else f"file not found: {path}")
         if "-" in data_paths(cfg) and world_size() > 1:
@@ -211,8 +220,6 @@ def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, A
 def checkpointing_name() -> str:
     """The ``TrainingArguments`` name of gradient checkpointing: ``activation_checkpointing`` where transformers has
     it (its old name then warns a FutureWarning through ``--quiet``), ``gradient_checkpointing`` before."""
-    import dataclasses
-
     from transformers import TrainingArguments
 
     names = {f.name for f in dataclasses.fields(TrainingArguments)}

@@ -199,12 +199,21 @@ def planned_steps(trainer: Any) -> int:
 def train_or_finish(trainer: Any, resume: str | None) -> Any:
     """``trainer.train()``, resumed from ``resume``; a checkpoint already at the run's last step (a run stopped after
     its last checkpoint, before its final save) is loaded instead, since ``train()`` would take one step more. Returns
-    what ``train()`` returns, or None when no step was trained."""
+    what ``train()`` returns, or None when no step was trained. The run an ``overwrite_output_dir`` set aside goes once
+    the first step is taken: a run that fails before (a setting refused inside ``train()``) puts it back. A checkpoint
+    past the run's planned steps (a resume with fewer epochs) is refused: the config would name steps it did not take."""
+    planned = planned_steps(trainer)
+    if resume is not None and checkpoint_step(resume) > planned:
+        raise RhythmError(f"{resume} is at step {checkpoint_step(resume)}, past the {planned} steps this run plans "
+                          "(fewer num_train_epochs?); resume with its length, or start afresh in another output_dir")
     aside = overwritten_path(trainer.args.output_dir)
-    if aside.exists() and is_main_process():  # the new run trains: the one it overwrote goes
-        remove(aside)
-    if resume is None or checkpoint_step(resume) < planned_steps(trainer):
-        return trainer.train(resume_from_checkpoint=resume)
+    if resume is None or checkpoint_step(resume) < planned:
+        if aside.exists() and is_main_process():
+            trainer.add_callback(_drop_when_trained(aside))
+        result = trainer.train(resume_from_checkpoint=resume)
+        if aside.exists() and is_main_process():  # trained (the callback's step was taken): the overwritten run goes
+            remove(aside)
+        return result
     from transformers import TrainerState
 
     trainer._load_from_checkpoint(resume)  # the weights, full or an adapter, as train() loads them
@@ -212,6 +221,18 @@ def train_or_finish(trainer: Any, resume: str | None) -> Any:
     trainer.state.is_local_process_zero = trainer.is_local_process_zero()  # the checkpoint's are rank 0's
     trainer.state.is_world_process_zero = trainer.is_world_process_zero()
     return None
+
+
+def _drop_when_trained(aside: Path) -> Any:
+    """A ``TrainerCallback`` deleting the run ``overwrite_output_dir`` set aside once the new run's first step is done."""
+    from transformers import TrainerCallback
+
+    class DropOverwritten(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if aside.exists():
+                remove(aside)
+
+    return DropOverwritten()
 
 
 def resume_path(cfg: Any) -> str | None:

@@ -308,7 +308,7 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
     trainer.save_model(cfg.output_dir)
     history = trainer.state.log_history
     train_losses, eval_losses = series(history, "loss"), series(history, "eval_loss")
-    loss_steps = series_steps(history, "loss")
+    loss_steps, eval_steps = series_steps(history, "loss"), series_steps(history, "eval_loss")
     summary: dict[str, Any] = {
         "stage": "sft",
         "output_dir": str(Path(cfg.output_dir)),
@@ -324,6 +324,7 @@ def _train(run: SFTRun, started: float, say: Callable[[str], None]) -> dict[str,
         "resumed_from_step": resumed_at,
         "eval_loss_first": eval_losses[0] if eval_losses else None,
         "eval_loss_last": eval_losses[-1] if eval_losses else None,
+        "eval_loss_steps": [eval_steps[0], eval_steps[-1]] if eval_steps else None,
         "eval_reply_loss_last": (series(history, "eval_reply_loss") or [None])[-1],
         "train_tokens": max((int(e.get("num_tokens", 0)) for e in history), default=0),
         "seconds": round(time.perf_counter() - started, 2),

@@ -191,6 +191,18 @@ def test_a_refused_overwrite_puts_the_earlier_run_back(tmp_path: Path, run_cli, 
     assert code == 2 and len(err.strip().splitlines()) == 1 and "longer than max_length=10" in err, err
     assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     assert not overwritten_path(run).exists()
+    # failed inside train(), before its first step (a setting the trainer refuses there): put back too
+    import transformers
+
+    def refused(self, *args, **kwargs):
+        raise RhythmError("refused before the first step")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(transformers.Trainer, "_inner_training_loop", refused)
+        code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "--data", str(teacher), "-o", str(run),
+                                 "--set", "overwrite_output_dir=true", "-q")
+    assert code == 2 and "refused before the first step" in err, err
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     code, out, err = run_cli("sft", "--config", "configs/sft-tiny.yaml", "--data", str(teacher), "-o", str(run),
                              "--set", "overwrite_output_dir=true", "--max-steps", "1", "--set", "save_steps=1", "-q")
     assert code == 0, err  # it trained: the earlier run is gone, aside and all

@@ -33,6 +33,11 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--dry-run"], "--dry-run describes a Hugging Face Jobs submission"),
         (["--data", "{teacher}", "--config", "nope.yaml"], "config file not found: nope.yaml"),
         (["--data", "{teacher}", "--set", "push_to_hub=true"], "push_to_hub needs hub_model_id"),
+        # NaN passes every bound; an infinite length or rate trains nothing meaningful (an overwrite lost the earlier run)
+        (["--data", "{teacher}", "--max-steps", "-1", "--set", "num_train_epochs=.inf"], "num_train_epochs must be a finite number, got inf"),
+        (["--data", "{teacher}", "--set", "min_score=.nan"], "min_score must be a finite number, got nan"),
+        (["--data", "{teacher}", "--set", "learning_rate=.inf"], "learning_rate must be a finite number, got inf"),
+        (["--data", "{teacher}", "--set", "save_total_limit=0"], "save_total_limit=0: input should be greater than or equal to 1"),
         # a name the Hub refuses is refused before the training, not after it
         (["--data", "{teacher}", "--set", "push_to_hub=true", "--set", "hub_model_id=me/my student"],
          "hub_model_id (the run's model repo) 'me/my student' is not a name the Hub takes (Repo id must use alphanumeric"),

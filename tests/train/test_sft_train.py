@@ -213,6 +213,18 @@ def test_a_run_moved_with_its_data_resumes_and_other_data_there_is_refused(tmp_p
     assert summary["global_step"] == 2 and summary["resumed_from_step"] == 1
 
 
+def test_a_resume_with_fewer_epochs_than_its_checkpoint_took_is_refused(tmp_path, tiny_student):
+    """A checkpoint past the steps fewer ``num_train_epochs`` plan: resumed, nothing was trained and the config said 1
+    epoch beside a model of 2 (``max_steps`` shorter than the checkpoint was already refused)."""
+    write_episodes(tmp_path / "t.jsonl", range(4))  # 3 train weeks + 1 validation, batch 2: 2 steps an epoch
+    cfg = SFTRunConfig(**{**TINY, "max_steps": -1, "num_train_epochs": 2, "save_steps": 1, "save_total_limit": None,
+                          "eval_steps": 100}, data=str(tmp_path / "t.jsonl"), output_dir=str(tmp_path / "run"))
+    run_sft(cfg, quiet=True, log=lambda m: None)
+    (tmp_path / "run" / "sft_summary.json").unlink()  # stopped after its last checkpoint
+    with pytest.raises(RhythmError, match=r"checkpoint-4 is at step 4, past the 2 steps this run plans"):
+        run_sft(dataclasses.replace(cfg, num_train_epochs=1, resume_from_checkpoint="latest"), quiet=True, log=lambda m: None)
+
+
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
 def test_a_resumed_run_trains_the_weights_an_unbroken_one_does(tmp_path, tiny_student, peft):
     """Stopped at a checkpoint and resumed, a run ends on the same weights, bit for bit, as one never stopped. The
