@@ -185,6 +185,18 @@ def peft_config(cfg: TrainRunConfig):
                       bias="none", task_type="CAUSAL_LM")
 
 
+def check_lora_targets(model: Any, cfg: TrainRunConfig) -> None:
+    """Each of ``lora_target_modules`` names a module of the model: PEFT refuses a list that matches none, and takes
+    one of several typos in silence (an adapter on fewer layers than the config records)."""
+    if not cfg.use_peft or cfg.lora_target_modules == ["all-linear"]:
+        return
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in cfg.lora_target_modules if t not in names]
+    if missing:
+        raise RhythmError(f"lora_target_modules names {', '.join(missing)}, which the model has no module of "
+                          f"(its linear layers: {', '.join(sorted(n for n in names if n.endswith('_proj')))})")
+
+
 def trainer_args(cfg: Any, resolved: dict[str, Any], quiet: bool) -> dict[str, Any]:
     """The ``TrainingArguments`` both stages set alike (TRL's ``SFTConfig`` and ``GRPOConfig`` add their own)."""
     return dict(

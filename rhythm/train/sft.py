@@ -35,6 +35,7 @@ from rhythm.train.common import (
     LearningRate,
     TrainRunConfig,
     batch_sizes,
+    check_lora_targets,
     check_shared,
     entry_main,
     make_log_callback,
@@ -280,6 +281,7 @@ def build_trainer(cfg: SFTRunConfig, *, quiet: bool = False, callbacks: list | N
         raise RhythmError(f"cannot load model {cfg.model_name_or_path!r} ({str(err).splitlines()[0]})") from None
     except (ValueError, ImportError) as err:  # a setting the libraries refuse: a scheduler, attention or LoRA target
         raise RhythmError(f"cannot build the trainer with these settings: {' '.join(str(err).split())}") from None
+    check_lora_targets(trainer.model, cfg)
     resolved.update(batch_sizes(trainer.args))
     return SFTRun(quiet_trainer(trainer) if quiet else trainer, cfg, resolved, report, resume)
 

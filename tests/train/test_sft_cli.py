@@ -53,6 +53,8 @@ def teacher(tmp_path_factory):
         (["--data", "{teacher}", "--set", "attn_implementation=foo"], "cannot build the trainer with these settings:"),
         (["--data", "{teacher}", "--set", "use_peft=true", "--set", "lora_target_modules=[qproj]", "-q"],
          "cannot build the trainer with these settings: Target modules {'qproj'} not found"),
+        (["--data", "{teacher}", "--set", "use_peft=true", "--set", "lora_target_modules=[q_proj,qproj_typo]", "-q"],
+         "lora_target_modules names qproj_typo, which the model has no module of (its linear layers: down_proj,"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(run_cli, tmp_path, teacher, tiny_student, args, message):

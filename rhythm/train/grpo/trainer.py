@@ -69,6 +69,7 @@ from rhythm.model.load import (
 from rhythm.records import write_atomic, write_episodes
 from rhythm.train.common import (
     batch_sizes,
+    check_lora_targets,
     make_log_callback,
     peft_config,
     prepare_run,
@@ -316,6 +317,8 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
         )
     except ValueError as err:  # a setting the libraries refuse once the model is there (a LoRA target it lacks)
         raise RhythmError(f"cannot build the trainer with these settings: {' '.join(str(err).split())}") from None
+    if not cfg.adapter:  # a fresh adapter (a loaded one keeps its own targets)
+        check_lora_targets(trainer.model, cfg)
     resolved.update(batch_sizes(trainer.args))
     # The starting policy, recorded before train() loads a checkpoint: a resumed run's probe and anchor measure
     # against the model the run started from, as an uninterrupted run's do, and its anchor draws the states next.
