@@ -51,10 +51,10 @@ def _line(summary: dict) -> str:
         trained = f"train loss {summary['train_loss_last']:.3f} (logged at step {last} only: see logging_steps)"
     else:
         trained = f"train loss {summary['train_loss_first']:.3f} -> {summary['train_loss_last']:.3f}"
-    evaluated = summary.get("eval_loss_steps") or (None, None)
+    evaluated = summary.get("eval_loss_steps")  # absent in an older summary
     if eval_loss is None:
         validated = ""
-    elif evaluated[0] == evaluated[1]:  # one validation: no "X -> X"
+    elif evaluated and evaluated[0] == evaluated[1]:  # one validation: no "X -> X"
         validated = f", validation loss {eval_loss:.3f} (at step {evaluated[1]} only)"
     else:
         validated = f", validation loss {summary['eval_loss_first']:.3f} -> {eval_loss:.3f}"

@@ -163,3 +163,5 @@ def test_the_summary_line_does_not_read_one_logged_loss_as_a_loss_that_never_mov
     assert _line(summary) == "sft: 5 steps, train loss 6.949 (logged at step 1 only: see logging_steps), 3 s -> runs/x"
     summary.update(train_loss_last=2.5, train_loss_steps=[1, 5], eval_loss_first=7.0, eval_loss_last=3.0)
     assert _line(summary) == "sft: 5 steps, train loss 6.949 -> 2.500, validation loss 7.000 -> 3.000, 3 s -> runs/x"
+    summary.update(eval_loss_first=3.0, eval_loss_steps=[5, 5])  # one validation, at the end
+    assert _line(summary) == "sft: 5 steps, train loss 6.949 -> 2.500, validation loss 3.000 (at step 5 only), 3 s -> runs/x"
