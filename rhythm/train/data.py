@@ -143,11 +143,13 @@ def build_examples(
         raise RhythmError("stdin (-) can be read only once")
     report = DataReport(files=[str(p) for p in paths])
     by_episode: dict[str, list[dict[str, Any]]] = {}
+    people: set[str] = set()  # every person read: the split is drawn over them, before any filter
     for path in paths:
         for where, record in read_episodes(path):
             check_protocol(record, where)  # before any filter, so a v1 file is never silently thinned
             check_trainable(record, where)
             report.episodes_read += 1
+            people.add(f"{record['condition']}/{record['split']}/{record['seed']}")
             steps = record["steps"]
             report.steps_read += len(steps)
             if options.first_turns is not None:
@@ -170,7 +172,9 @@ def build_examples(
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
             rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
                          "split": str(record["split"]), "seed": int(record["seed"]), "agent": str(record["agent"])})
-    _, val_keys = split_episodes(list(by_episode), options.val_fraction, options.seed)
+    # drawn over every person read, so runs that differ only in a filter (min_score, drop_parse_failures) validate
+    # on the same people, less those the filter left out
+    _, val_keys = split_episodes(list(people), options.val_fraction, options.seed)
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for episode in sorted(by_episode):
         out["validation" if episode in val_keys else "train"].extend(by_episode[episode])

@@ -68,6 +68,21 @@ def test_split_is_by_episode_and_deterministic(episodes):
     assert [(r["episode"], r["agent"]) for r in again["validation"]] == [(r["episode"], r["agent"]) for r in rows["validation"]]
 
 
+def test_a_filter_leaves_the_validation_people_as_they_were_less_those_it_drops(episodes):
+    """The split is drawn over every person read, before min_score: runs that differ only in a filter validate on the
+    same people (the audit: min_score 0.6 moved two of three validation people into train and drew two others)."""
+    bayes, heur, records, heur_records = episodes
+    opts = DataOptions(val_fraction=0.3, seed=7)
+    rows, _ = build_examples([str(bayes), str(heur)], opts)
+    scores = sorted(r["score"]["final_score"] for r in records + heur_records)
+    cut = scores[len(scores) // 2]
+    kept, report = build_examples([str(bayes), str(heur)], DataOptions(val_fraction=0.3, seed=7, min_score=cut))
+    assert report.dropped_episodes  # the filter left some weeks out
+    before = {r["episode"] for r in rows["validation"]}
+    after = {r["episode"] for r in kept["validation"]}
+    assert after <= before and not {r["episode"] for r in kept["train"]} & before
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 60), frac=st.floats(0.0, 0.95), seed=st.integers(0, 2**31))
 def test_split_episodes_property(n, frac, seed):
