@@ -119,6 +119,18 @@ def episode_key(record: dict[str, Any]) -> tuple[str, str, int]:
     return (record["condition"], record["split"], int(record["seed"]))
 
 
+def each_person_once(weeks: Iterable[tuple[str, dict[str, Any]]], why: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, record)`` pairs as given, a person (:func:`episode_key`) given twice refused; ``why`` says what the
+    second week would spoil (a mean that counts it double, an interval that narrows)."""
+    seen: dict[tuple[str, str, int], str] = {}
+    for where, record in weeks:
+        key = episode_key(record)
+        if key in seen:
+            raise RhythmError(f"{where}: {key[0]} person {key[2]} ({key[1]} split) appears twice (first at {seen[key]}); {why}")
+        seen[key] = where
+        yield where, record
+
+
 def graded_belief(record: dict[str, Any]) -> list[float] | None:
     """The belief the grader grades: the one a week states at its last step (None when that step states none,
     which scores no belief, whatever an earlier step said)."""

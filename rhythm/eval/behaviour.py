@@ -11,7 +11,7 @@ extra in-dist crashes are serenity's, and that it never meditates.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from rhythm.env.constants import ACTIONS, CRASH_THRESHOLD, METER_ABBREV, condition_order
 from rhythm.errors import RhythmError
 from rhythm.grader import week_truth
-from rhythm.records import file_list, graded_belief, read_episodes, score_field
+from rhythm.records import each_person_once, file_list, graded_belief, read_episodes, score_field
 
 
 def meter_crashes(record: dict[str, Any]) -> np.ndarray:
@@ -111,11 +111,11 @@ def labels(files: Sequence[str]) -> list[str]:
     (``few/eval/sft`` and ``full/eval/sft`` rather than ``sft`` twice), and by an eval file's own name where its
     folder holds another's (``eval/eval_results_v2`` and ``eval/train``)."""
     depth, named = [1] * len(files), [False] * len(files)
+    folder = [Path((file_list(f) or [f])[0]).parent for f in files]
     while True:
         names = [label(f, d, n) for f, d, n in zip(files, depth, named, strict=True)]
         clash = [i for i, n in enumerate(names) if names.count(n) > 1]
         grown = False
-        folder = [Path((file_list(f) or [f])[0]).parent for f in files]
         for i in clash:  # two evals in one folder: their own names (beside it); else the folders above
             shared = any(j != i and names[j] == names[i] and folder[j] == folder[i] for j in clash)
             if shared and not named[i] and label(files[i], depth[i] + 1, True) != names[i]:
@@ -126,24 +126,15 @@ def labels(files: Sequence[str]) -> list[str]:
             return names
 
 
-def _once(files: str) -> list[dict[str, Any]]:
-    """The weeks of one agent's files (joined with commas), a person played twice refused: it would weigh double."""
-    seen: dict[tuple[str, str, int], str] = {}
-    weeks = []
-    for path in file_list(files):
-        for where, record in read_episodes(path):
-            key = (record["condition"], record["split"], record["seed"])
-            if key in seen:
-                raise RhythmError(f"{where}: {key[0]} person {key[2]} ({key[1]} split) is given twice for one agent "
-                                  f"(first at {seen[key]}); it would count double")
-            seen[key] = where
-            weeks.append(record)
-    return weeks
+def _weeks(files: str) -> Iterator[dict[str, Any]]:
+    """The weeks of one agent's files (joined with commas), each person once."""
+    read = ((where, record) for path in file_list(files) for where, record in read_episodes(path))
+    return (record for _, record in each_person_once(read, "one agent's mean would count it double"))
 
 
 def behaviour_of(files: Sequence[str]) -> str:
     """:func:`behaviour_table` of each episodes file (several joined with commas count as one agent)."""
-    profiles = [behaviour_profile(_once(f)) for f in files]
+    profiles = [behaviour_profile(_weeks(f)) for f in files]
     for f, profile in zip(files, profiles, strict=True):
         if not profile:
             raise RhythmError(f"no weeks in {f}")

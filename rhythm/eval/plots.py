@@ -37,7 +37,7 @@ from rhythm.eval.stats import mean_ci
 from rhythm.eval.tables import seeds_notes
 from rhythm.grader import belief_mae_by_step, prior_mae, prior_mae_beside, week_truth
 from rhythm.provenance import made_by
-from rhythm.records import check_output, iter_jsonl, read_episodes
+from rhythm.records import check_output, each_person_once, iter_jsonl, read_episodes
 
 PUBLISHED_V2: dict[str, dict[str, float]] = {
     "random": {"in-dist": 0.402, "ood": 0.397, "discrete": 0.426},
@@ -281,14 +281,10 @@ def belief_errors(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[
     weeks are taken in (split, seed) order, as eval writes them: the same weeks in another order (files concatenated
     the other way round) give the same intervals."""
     out: dict[str, tuple[list[np.ndarray], list[float]]] = {}
-    seen: set[tuple[str, str, int]] = set()
-    for where, rec in sorted(records, key=lambda item: (item[1]["split"], item[1]["seed"])):  # checked by the readers
+    ordered = sorted(records, key=lambda item: (item[1]["split"], item[1]["seed"]))  # checked by the readers
+    for where, rec in each_person_once(ordered, "give each week once"):
         cond = rec["condition"]
         truth = week_truth(rec, where)
-        person = (cond, rec["split"], int(rec["seed"]))
-        if person in seen:
-            raise RhythmError(f"{where}: {cond} person {person[2]} ({person[1]} split) appears twice; give each week once")
-        seen.add(person)
         try:
             err = belief_mae_by_step([(int(step["t"]), step.get("belief")) for step in rec["steps"]], truth, EPISODE_STEPS)
         except (ValueError, TypeError) as exc:

@@ -83,8 +83,8 @@ def test_the_command_reads_eval_files_and_names_agents_by_folder(tmp_path, run_c
     # a person given twice for one agent would weigh double
     code, out, err = run_cli("analyze", "behaviour", f"{path},{path}")
     assert code == 2 and out == "" and err.splitlines() == [
-        f"rhythm: error: {path}:1: in-dist person 0 (train split) is given twice for one agent (first at {path}:1); "
-        "it would count double"]
+        f"rhythm: error: {path}:1: in-dist person 0 (train split) appears twice (first at {path}:1); one agent's mean "
+        "would count it double"]
 
 
 def test_agents_that_share_a_folder_name_are_told_apart_by_their_parents():
