@@ -350,7 +350,7 @@ def evaluate(
         "env_version": ENV_VERSION,
         "protocol": PROTOCOL_VERSION,
         "split": cfg.split,
-        "config": config_dict(replace(cfg, llm=redacted(cfg.llm))),  # a URL's password is not recorded
+        "config": config_dict(recorded_config(cfg)),
         "config_hash": chash,
         "versions": versions(),
         "conditions": {},
@@ -387,6 +387,12 @@ def evaluate(
         refs = {r: played[r] for r in cfg.references}
         results["conditions"][condition] = summarize_condition(condition, played[cfg.agent], refs, cfg.grader)
     return EvalResults.model_validate(results)
+
+
+def recorded_config(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` as the results and the episodes' sidecar record it: an API URL without its password (they travel with
+    the weeks, to a dataset repo too)."""
+    return replace(cfg, llm=redacted(cfg.llm))
 
 
 def agent_runtime(agents: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -441,8 +447,8 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
                 raise RhythmError(f"{partial} holds {held} weeks of an eval that did not finish; pass --resume to keep "
                                   "them and play the rest, or delete it to start over")
             partial.unlink(missing_ok=True)
-        write_config(replace(cfg, llm=redacted(cfg.llm)), sidecar_path(partial), made_by(config_hash=eval_hash(cfg, weights), weights=weights,
-                                                         runtime=runtime))
+        write_config(recorded_config(cfg), sidecar_path(partial),
+                     made_by(config_hash=eval_hash(cfg, weights), weights=weights, runtime=runtime))
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:

@@ -149,7 +149,10 @@ def build_examples(
             check_protocol(record, where)  # before any filter, so a v1 file is never silently thinned
             check_trainable(record, where)
             report.episodes_read += 1
-            people.add(f"{record['condition']}/{record['split']}/{record['seed']}")
+            # The person, not the file, is the unit of the split: the same (condition, split, seed) played
+            # by two teachers must not land on both sides.
+            episode = f"{record['condition']}/{record['split']}/{record['seed']}"
+            people.add(episode)
             steps = record["steps"]
             report.steps_read += len(steps)
             if options.first_turns is not None:
@@ -165,9 +168,6 @@ def build_examples(
             if reason is not None:
                 report.drop_episode(reason, len(steps))
                 continue
-            # The person, not the file, is the unit of the split: the same (condition, split, seed) played
-            # by two teachers must not land on both sides.
-            episode = f"{record['condition']}/{record['split']}/{record['seed']}"
             rows = by_episode.setdefault(episode, [])
             messages = record_conversation(record, include_reply=True, replies=replies, where=where)
             rows.append({"messages": messages, "episode": episode, "condition": str(record["condition"]),
