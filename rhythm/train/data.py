@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +79,9 @@ class DataReport:
     def summary_line(self) -> str:
         dropped = sum(self.dropped_episodes.values())
         why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
-        return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read; "
+        twice = Counter(self.files)  # a file named n times is read n times (the DAgger stage's copies): said, not hidden
+        repeats = "".join(f"; {f} read {n} times (its weeks weigh {n}x)" for f, n in twice.items() if n > 1)
+        return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read{repeats}; "
                 f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
                 f"dropped {dropped} episodes ({why})")
 

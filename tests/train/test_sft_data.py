@@ -108,6 +108,15 @@ def test_min_score_keeps_better_episodes_and_reports(episodes):
     assert "dropped 3 episodes (3 episode final_score below min_score)" in report.summary_line()
 
 
+def test_a_file_named_twice_is_read_twice_and_the_report_says_so(episodes):
+    bayes, _, records, _ = episodes
+    rows, report = build_examples([str(bayes), str(bayes)], DataOptions(val_fraction=0.0))
+    assert len(rows["train"]) == 2 * len(records)  # each week twice: the DAgger stage's copies weigh double
+    assert f"{bayes} read 2 times (its weeks weigh 2x)" in report.summary_line()
+    _, once = build_examples(str(bayes), DataOptions(val_fraction=0.0))
+    assert "times" not in once.summary_line()
+
+
 def test_strip_reasoning_keeps_belief_and_action_lines(episodes):
     bayes, _, records, _ = episodes
     rows, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0, strip_reasoning=True))
