@@ -58,7 +58,9 @@ class DataReport:
     dropped_episodes: dict[str, int] = field(default_factory=dict)
     """reason -> episodes left out whole"""
     dropped_steps: dict[str, int] = field(default_factory=dict)
-    """reason -> steps left out (the steps of dropped episodes)"""
+    """reason -> steps left out (the steps of dropped episodes, up to ``first_turns``)"""
+    steps_past_first_turns: int = 0
+    """Steps after each week's first ``first_turns``, which the curriculum stage leaves out of every week."""
     max_tokens: int = 0
     """Tokens of the longest rendered week (set once a tokenizer has seen the data)."""
 
@@ -81,7 +83,8 @@ class DataReport:
         why = "; ".join(f"{n} {r}" for r, n in sorted(self.dropped_episodes.items())) or "none"
         twice = Counter(self.files)  # a file named n times is read n times (the DAgger stage's copies): said, not hidden
         repeats = "".join(f"; {f} read {n} times (its weeks weigh {n}x)" for f, n in twice.items() if n > 1)
-        return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read{repeats}; "
+        cut = f"; {self.steps_past_first_turns} steps past first_turns left out" if self.steps_past_first_turns else ""
+        return (f"data: {self.episodes_read} episodes / {self.steps_read} steps read{repeats}{cut}; "
                 f"train {self.train_examples} whole-week examples, validation {self.validation_examples}; "
                 f"dropped {dropped} episodes ({why})")
 
@@ -159,6 +162,7 @@ def build_examples(
             steps = record["steps"]
             report.steps_read += len(steps)
             if options.first_turns is not None:
+                report.steps_past_first_turns += max(0, len(steps) - options.first_turns)
                 steps = steps[: options.first_turns]
                 record = {**record, "steps": steps}
             if any(step.get("explored") for step in steps):

@@ -276,6 +276,8 @@ def test_first_turns_keeps_each_weeks_opening_and_its_replies(episodes, n):
     whole, _ = build_examples(str(bayes), DataOptions(val_fraction=0.0))
     rows, report = build_examples(str(bayes), DataOptions(val_fraction=0.0, first_turns=n))
     assert report.steps_read == 8 * 28 and len(rows["train"]) == 8  # every week still read and kept
+    assert report.steps_past_first_turns == 8 * (28 - n) and report.dropped_steps == {}  # read = trained + cut
+    assert f"{8 * (28 - n)} steps past first_turns left out" in report.summary_line()
     for row, full in zip(rows["train"], whole["train"]):
         assert row["episode"] == full["episode"]
         assert [m["role"] for m in row["messages"][1:]] == ["user", "assistant"] * n
