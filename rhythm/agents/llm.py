@@ -45,7 +45,9 @@ class LLMAgent:
     """Answers every live episode's observation with one chat request (plus a re-ask when needed)."""
 
     def __init__(self, provider: str, arg: str, options: Any = None, *, credential: Any = None) -> None:
-        self.options = options if isinstance(options, LLMConfig) else LLMConfig()
+        if options is not None and not isinstance(options, LLMConfig):  # another stage's settings: none of them would apply
+            raise TypeError(f"an API agent's options are an LLMConfig, got {type(options).__name__}")
+        self.options = options if options is not None else LLMConfig()
         self.target = resolve_target(provider, arg, self.options)
         self.name = provider
         self.credential = credential

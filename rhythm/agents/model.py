@@ -45,6 +45,8 @@ class ModelAgent:
     whose key/value caches persist across the week (:class:`rhythm.model.lockstep.LockstepChat`)."""
 
     def __init__(self, path: str, options: ModelOptions | None = None) -> None:
+        if options is not None and not isinstance(options, ModelOptions):  # another stage's settings: none would apply
+            raise TypeError(f"a model agent's options are ModelOptions, got {type(options).__name__}")
         self.options = options or ModelOptions()
         if self.options.batch_size < 1:
             raise RhythmError(f"model.batch_size must be >= 1, got {self.options.batch_size}")

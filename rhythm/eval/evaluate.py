@@ -24,7 +24,7 @@ import orjson
 
 from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import ProgressFn, play
-from rhythm.agents.registry import check_agent_spec, make_agent
+from rhythm.agents.registry import check_agent_spec, make_agent, split_agent_spec
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.agents.tiny import resolve_base, resolve_model
 from rhythm.config import change_since, config_dict, config_hash, read_recorded, write_config
@@ -135,8 +135,19 @@ def validate(cfg: EvalConfig) -> None:
     check_output(cfg.output)
 
 
+def canonical_agents(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with its agent and references spelt as the registry reads them (``OpenAI:m`` and `` openai:m`` are
+    ``openai:m``), so every lookup by kind (its settings, batch size, weights, resume) finds what the agent is, and
+    the results and their hash name it one way."""
+    def spelt(spec: str) -> str:
+        kind, arg = split_agent_spec(spec)
+        return f"{kind}:{arg}" if arg else kind
+
+    return replace(cfg, agent=spelt(cfg.agent), references=[spelt(r) for r in cfg.references])
+
+
 def agent_options(cfg: EvalConfig, spec: str) -> Any:
-    kind = spec.partition(":")[0]
+    kind = split_agent_spec(spec)[0]
     if kind in ("openai", "azure"):
         return cfg.llm
     return cfg.model if kind == "model" else cfg.teacher
@@ -336,6 +347,7 @@ def evaluate(
     ``weights``: those of :func:`model_weights`, when already read.
     """
     validate(cfg)
+    cfg = canonical_agents(cfg)
     if agents is None:
         with closing_agents(make_agents(cfg)) as built:
             return evaluate(cfg, progress_factory=progress_factory, on_records=on_records, played_cache=played_cache,
@@ -424,6 +436,7 @@ def run_eval(
     stops before it touches either (or waits, with ``wait_lock``).
     """
     validate(cfg)
+    cfg = canonical_agents(cfg)
     with closing_agents(make_agents(cfg)) as agents:
         return _run_eval(cfg, agents, progress_factory, wait_lock, resume, start_over, say or (lambda msg: None),
                          played_cache)

@@ -22,6 +22,7 @@ from rhythm.agents.episodes import play_batch
 from rhythm.config import load_config
 from rhythm.env import RhythmEnv
 from rhythm.errors import RhythmError
+from rhythm.eval.evaluate import EvalConfig, evaluate
 from rhythm.model.llm_client import ENTRA_SCOPE, LLMConfig, Price, Redactor
 from rhythm.protocol import (
     FALLBACK_ACTION,
@@ -1001,6 +1002,26 @@ def test_eval_openai_agent_history_turns_trims_each_request(openai_key: str) -> 
             agent.close()
     assert len(server.seen) == 2 * 28 and max(len(s.messages) for s in server.seen) == 1 + 2 * 2 - 1
     assert_requests_carry_the_conversations(server.seen, recs, max_turns=2)
+
+
+@pytest.mark.parametrize("spelt", ["OpenAI:m", " openai : m"])
+def test_an_agent_name_in_another_case_or_with_spaces_plays_with_its_settings(spelt: str, openai_key: str) -> None:
+    """The registry reads ``OpenAI:m`` as ``openai:m``; the eval's settings lookup did not, so the agent played with
+    none of its llm settings (temperature, history, the spending cap) while the results recorded them."""
+    with FakeOpenAI(api_key=KEY) as server:
+        results = evaluate(EvalConfig(agent=spelt, condition="discrete", seeds="0", references=["random"],
+                                      llm=LLMConfig(base_url=server.base_url, temperature=0.3, history_turns=2)))
+    assert len(server.seen) == 28 and {s.body.get("temperature") for s in server.seen} == {0.3}
+    assert max(len(s.messages) for s in server.seen) == 1 + 2 * 2 - 1
+    assert results.agent == results.config["agent"] == "openai:m"
+
+
+def test_an_agent_refuses_another_stages_settings() -> None:
+    from rhythm.agents.llm import LLMAgent
+    from rhythm.agents.teachers import TeacherConfig
+
+    with pytest.raises(TypeError, match="LLMConfig"):
+        LLMAgent("openai", "m", TeacherConfig())
 
 
 def test_eval_agent_stops_on_a_request_that_fails_for_good(openai_key: str) -> None:
