@@ -166,6 +166,7 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
     if not name:
         raise RhythmError(f"--teacher {provider} needs {flag} NAME (or {provider}:NAME, or llm.{flag[2:]} in the config)")
     check_bounds(llm, "llm.")  # an LLMConfig built in code, not loaded
+    check_key(KEY_ENV[provider])
     if llm.reasoning_effort is not None and llm.reasoning_effort not in REASONING_EFFORTS:
         raise RhythmError(f"unknown reasoning_effort {llm.reasoning_effort!r}; expected one of {', '.join(REASONING_EFFORTS)}")
     if llm.max_cost_usd is not None and name not in llm.prices:
@@ -188,6 +189,15 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
         raise RhythmError("llm.auth is key but AZURE_OPENAI_API_KEY is not set")
     check_url(llm.endpoint, "--endpoint (llm.endpoint)")
     return Target(provider, name, redact_url(llm.endpoint))
+
+
+def check_key(env: str) -> None:
+    """The key in ``env``, if set, is what an HTTP header can carry: a pasted key with a trailing newline was retried
+    as a connection error for minutes, and one with a non-ASCII character (a typographic dash) crashed the client."""
+    key = os.environ.get(env)
+    if key and not (key.isascii() and key.isprintable() and key == key.strip()):
+        raise RhythmError(f"{env} holds a line break, a space at an end or a character outside ASCII, which no API "
+                          "key has; set it again without them")
 
 
 def check_url(url: str, what: str) -> None:
