@@ -96,12 +96,18 @@ class LLMAgent:
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever, name="rhythm-llm-agent", daemon=True)
             self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:  # Ctrl-C, SIGTERM: the requests in flight are cancelled on the loop (see close)
+            future.cancel()
+            raise
 
     def close(self) -> None:
         """Close the client and stop the agent's event loop (also fine if it never started)."""
         if self._loop is None:
             return
+        self._run(_cancel_pending())  # an interrupted step's requests end here, not as "Task was destroyed" at exit
         if self._client is not None:
             self._run(self._client.aclose())
             self._client = None
@@ -110,3 +116,11 @@ class LLMAgent:
             self._thread.join(timeout=5)
         self._loop.close()
         self._loop = None
+
+
+async def _cancel_pending() -> None:
+    """Cancel every other task on the running loop and wait until each has ended."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

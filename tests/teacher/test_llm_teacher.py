@@ -837,6 +837,28 @@ def test_ctrl_c_leaves_only_whole_lines_and_resume_finishes(tmp_path: Path, open
     assert sorted(r["seed"] for r in _records(out)) == list(range(8))
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_api_eval_says_one_line_and_leaves_no_pending_requests(tmp_path: Path, openai_key: str,
+                                                                              sig: int, code: int) -> None:
+    """Ctrl-C (or SIGTERM) while an API agent's requests are in flight: the agent's requests are cancelled before its
+    event loop closes, so the run ends on its one line, with no asyncio tracebacks after it."""
+    out = tmp_path / "e.json"
+    with FakeOpenAI(api_key=KEY, latency=0.05) as server:
+        cmd = [sys.executable, "-m", "rhythm.cli.main", "eval", "--agent", "openai:m", "--base-url", server.base_url,
+               "--condition", "discrete", "--seeds", "0-3", "--concurrency", "1", "--output", str(out), "--quiet",
+               "--set", "references=[]"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.time() + 60
+        while time.time() < deadline and len(server.seen) < 3:
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rhythm: "), err
+
+
 # ---------------------------------------------------------------------------------------------------
 # The CLI: wrong key, missing settings
 
