@@ -372,6 +372,9 @@ def evaluate(
     runtime = agent_runtime(agents)
     if runtime:
         results["runtime"] = runtime
+    endpoints = agent_endpoints(agents)
+    if endpoints:
+        results["endpoints"] = endpoints
     for condition in conditions_of(cfg.condition):
         seeds = eval_seeds(cfg, condition)
         specs = [EpisodeSpec(condition, cfg.split, s) for s in seeds]
@@ -411,6 +414,12 @@ def agent_runtime(agents: dict[str, Any]) -> dict[str, dict[str, str]]:
     """What each model agent's ``auto`` device and dtype became on this machine (bf16 and fp32 replies differ)."""
     return {name: {"device": agent.source.device, "dtype": agent.source.dtype}
             for name, agent in agents.items() if getattr(agent, "source", None) is not None}
+
+
+def agent_endpoints(agents: dict[str, Any]) -> dict[str, str]:
+    """The server each API agent asked (credentials masked): ``llm.base_url``, or ``OPENAI_BASE_URL`` when the config
+    names none, so the record never reads as the default endpoint when another one answered."""
+    return {name: agent.target.url for name, agent in agents.items() if getattr(agent, "target", None) is not None}
 
 
 def run_eval(
@@ -461,7 +470,8 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
                                   "them and play the rest, or delete it to start over")
             partial.unlink(missing_ok=True)
         write_config(recorded_config(cfg), sidecar_path(partial),
-                     made_by(config_hash=eval_hash(cfg, weights), weights=weights, runtime=runtime))
+                     made_by(config_hash=eval_hash(cfg, weights), weights=weights, runtime=runtime,
+                             **({"endpoints": agent_endpoints(agents)} if agent_endpoints(agents) else {})))
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:

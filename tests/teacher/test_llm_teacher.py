@@ -1043,6 +1043,20 @@ def test_an_agent_name_in_another_case_or_with_spaces_plays_with_its_settings(sp
     assert results.agent == results.config["agent"] == "openai:m"
 
 
+def test_an_eval_records_the_server_that_answered_also_when_the_environment_names_it(
+        tmp_path: Path, openai_key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rhythm.eval.evaluate import run_eval
+
+    with FakeOpenAI(api_key=KEY) as server:
+        url = server.base_url
+        monkeypatch.setenv("OPENAI_BASE_URL", url)  # the config names no base_url
+        results, path, episodes = run_eval(EvalConfig(agent="openai:m", condition="discrete", seeds="0", references=[],
+                                                      output=str(tmp_path / "e.json")))
+    assert results.config["llm"]["base_url"] is None
+    assert orjson.loads(path.read_bytes())["endpoints"] == {"openai:m": url}
+    assert url in Path(str(episodes) + ".config.yaml").read_text()
+
+
 def test_an_agent_refuses_another_stages_settings() -> None:
     from rhythm.agents.llm import LLMAgent
     from rhythm.agents.teachers import TeacherConfig
