@@ -12,6 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: on a loaded 2-core machine (CI's, beside the other xdist worker) an example that takes
+# 200 ms once fails a property test that holds (seen: the config bounds test, under load, passing alone).
+settings.register_profile("rhythm", deadline=None)
+settings.load_profile("rhythm")
 
 _CLEARED = (
     "OPENAI_API_KEY",
