@@ -64,8 +64,8 @@ def _apply(cls: type, base: dict[str, Any], values: Mapping[str, Any], where: st
     hints = _hints(cls)
     out = dict(base)
     for raw_key, value in values.items():
-        key = str(raw_key).replace("-", "_")
-        head, _, rest = key.partition(".")
+        head, _, rest = str(raw_key).partition(".")
+        head = head.replace("-", "_")  # a field's name only: a mapping field's own keys (eval_episodes.in-dist) stay
         if head not in fields:
             if head in getattr(cls, "RETIRED", {}):  # a knob that left the product says where it went
                 raise RhythmError(f"{where}: {raw_key!r} is no longer a key of {cls.__name__}: {cls.RETIRED[head]}")

@@ -52,7 +52,7 @@ from rhythm.eval.reeval import ReevalConfig, reeval
 from rhythm.eval.results import EvalResults
 from rhythm.eval.stats import ci_text
 from rhythm.locking import output_lock
-from rhythm.model.load import ModelOptions
+from rhythm.model.load import ModelOptions, check_model_exists
 from rhythm.provenance import file_digest, now_iso, package_version, versions
 from rhythm.records import check_output, read_episodes, write_episodes
 from rhythm.seeds import parse_seeds
@@ -334,7 +334,7 @@ def verdict(students: dict[str, dict[str, Any]]) -> list[str]:
             loses = [ref for ref in ("random", "heuristic", "bayes") if ref in refs and ref not in beats]
             out.append(
                 f"{name} on {cond}: final v3 {r['final_score']:.3f}; "
-                + (f"above {', '.join(beats)}" if beats else "above none of the baselines")
+                + (f"above {', '.join(beats)}" if beats else "above none of the baselines" if refs else "no baselines evaluated")
                 + (f"; below {', '.join(loses)}" if loses else "")
                 + f"; parse failures {r['parse_failure_rate']:.1%}"
                 + (f", {r['cut_reply_rate']:.1%} of replies cut at max_new_tokens." if r.get("cut_reply_rate") else ".")
@@ -374,6 +374,8 @@ def quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None] = print, qui
 def check_stages(cfg: QuickstartConfig) -> None:
     """Every stage's config and overrides, the references and the eval sizes, checked before the first stage
     runs: a bad key in the GRPO section must not wait for the teacher and SFT stages to finish."""
+    if cfg.openings_config is None and cfg.openings:
+        raise RhythmError("openings settings without openings_config: no stage 1 runs")
     sections: list[tuple[str, type, str | None, dict[str, Any]]] = [
         ("openings", SFTRunConfig, cfg.openings_config, cfg.openings), ("sft", SFTRunConfig, cfg.sft_config, cfg.sft),
         ("grpo", GRPORunConfig, cfg.grpo_config, cfg.grpo), ("dagger.sft", SFTRunConfig, cfg.dagger.config, cfg.dagger.sft)]
@@ -399,6 +401,8 @@ def check_stages(cfg: QuickstartConfig) -> None:
                     validate_grpo(replace(stage, adapter=None, model_name_or_path=str(Path(tmp) / "sft")))
                 else:
                     validate_sft(stage)
+                    if name == "sft" and cfg.openings_config is None:  # no stage 1 sets where it starts
+                        check_model_exists(stage.model_name_or_path, "model_name_or_path (no openings stage runs first)")
             except RhythmError as err:
                 raise RhythmError(f"quickstart {name}: {str(err).removeprefix('command line: ')}") from None
         # the teacher stage's, before it clears the data of an earlier run (a typo in seeds would cost the weeks)
@@ -409,12 +413,10 @@ def check_stages(cfg: QuickstartConfig) -> None:
     elif cfg.dagger != DaggerStage():
         raise RhythmError("dagger settings without dagger.config: no DAgger stage runs (name its SFT config, e.g. "
                           "configs/sft-tiny-dagger.yaml)")
-    if cfg.openings_config is None and cfg.openings:
-        raise RhythmError("openings settings without openings_config: no stage 1 runs")
     for ref in cfg.references:
         check_agent_spec(ref)
     unknown = [c for c in cfg.eval_episodes if c not in CONDITIONS]
-    if unknown or any(n < 1 for n in cfg.eval_episodes.values()):
+    if unknown or not cfg.eval_episodes or any(n < 1 for n in cfg.eval_episodes.values()):
         raise RhythmError(f"eval_episodes takes a positive count per condition ({', '.join(CONDITIONS)}), got {cfg.eval_episodes}")
     if cfg.eval_split not in ("eval", "train"):
         raise RhythmError(f"eval_split must be eval or train, got {cfg.eval_split!r}")

@@ -117,6 +117,15 @@ def test_wrong_types_and_bad_files_fail_loudly(tmp_path: Path) -> None:
         parse_overrides(["novalue"])
 
 
+def test_a_dotted_key_keeps_the_dashes_of_a_mappings_own_keys() -> None:
+    """``eval_episodes.in-dist=7`` sets the ``in-dist`` count: the dash of a field's name is read as ``_``, a
+    mapping's own key is kept as typed (it became ``in_dist``, a fourth condition, refused under a name not typed)."""
+    from rhythm.quickstart import QuickstartConfig
+
+    cfg = load_config(QuickstartConfig, None, ["eval-episodes.in-dist=7", "eval_episodes.ood=5"])
+    assert cfg.eval_episodes == {"in-dist": 7, "ood": 5, "discrete": 15}
+
+
 def test_a_dash_override_is_stdin_not_a_yaml_list() -> None:
     """``--set data=-`` (the python -m entry's way to read stdin) is the text "-"; other values stay YAML."""
     assert parse_overrides(["data=-", "d= - ", "xs=[1, 2]", "e="]) == {"data": "-", "d": "-", "xs": [1, 2], "e": ""}

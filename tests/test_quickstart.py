@@ -444,6 +444,10 @@ def test_paired_sentences_say_where_each_ci_lies_and_point_to_the_docs_only_when
     ({"sft": {"learning_rate": -1}}, "quickstart sft: learning_rate=-1"),
     ({"references": ["wizard"]}, "unknown agent 'wizard'"),
     ({"eval_episodes": {"sideways": 3}}, "eval_episodes takes a positive count"),
+    ({"eval_episodes": {}}, "eval_episodes takes a positive count"),  # crashed after every training stage
+    # no stage 1: the SFT stage starts where its config says, which was found missing after the teacher stage
+    ({"openings_config": None, "openings": {}, "sft_config": "configs/sft-tiny-weeks.yaml", "sft": {}},
+     "quickstart sft: model_name_or_path (no openings stage runs first) not found: runs/sft-tiny-openings"),
     # the stages' own rules, not only their keys (each of these failed after the teacher and SFT stages)
     ({"grpo": {**MINI["grpo"], "mode": "step"}}, "quickstart grpo: reward branch_score is the score of the week"),
     ({"grpo": {**MINI["grpo"], "reward_weights": [1.0, 2.0]}}, "quickstart grpo: reward_weights has 2 values for 1"),
