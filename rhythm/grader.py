@@ -155,6 +155,10 @@ class Score:
         return d
 
 
+SCORE_KEYS = tuple("return" if name == "return_" else name for name in Score.__dataclass_fields__)
+"""The keys of a record's ``score`` that the grader writes (:meth:`Score.to_dict`)."""
+
+
 def score_episode(
     episode_return: float,
     crashes: int,

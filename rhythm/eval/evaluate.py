@@ -33,7 +33,7 @@ from rhythm.errors import RhythmError
 from rhythm.eval.names import display_name
 from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import mean_ci, normalized_score, paired_win_rate
-from rhythm.grader import GRADERS, belief_mae_by_step, prior_mae_beside, true_belief
+from rhythm.grader import GRADERS, SCORE_KEYS, belief_mae_by_step, prior_mae_beside, true_belief
 from rhythm.locking import output_lock
 from rhythm.model.llm_client import SENDING, LLMConfig, redacted
 from rhythm.model.load import ModelOptions, adapter_config, weights_digest
@@ -508,6 +508,7 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]
         where = f"{partial}:{lineno}"
         check_episode(obj, where)
         check_resumable(obj, where, start_over)
+        check_whole_week(obj, where, start_over)
         if obj.get("config_hash") != chash:
             differs = change_since(sidecar_path(partial), [obj.get("config_hash")], {**config_dict(cfg), "weights": weights},
                                    HOW_NOT_WHAT, provenance_keys=("weights",))
@@ -525,6 +526,17 @@ def resumed_weeks(cfg: EvalConfig, partial: Path, weights: dict[str, str | None]
         done = {key: r for condition in conditions_of(cfg.condition)
                 for key, r in whole_batches(done, condition, cfg.split, eval_seeds(cfg, condition), cfg.model.batch_size).items()}
     return done
+
+
+def check_whole_week(record: dict[str, Any], where: str, instead: str) -> None:
+    """A week an eval wrote is whole and graded: every step, and each figure the results average (a partial cut
+    short or edited by hand was summed as it stood, a 5-step week with the rest, or crashed on a missing score)."""
+    score = record.get("score")
+    missing = [k for k in (*SCORE_KEYS, "parse_failures") if not isinstance(score, dict) or k not in score]
+    if len(record["steps"]) != EPISODE_STEPS or missing:
+        what = (f"{len(record['steps'])} steps of {EPISODE_STEPS}" if len(record["steps"]) != EPISODE_STEPS
+                else f"its score lacks {', '.join(missing)}")
+        raise RhythmError(f"{where}: not a whole graded week ({what}); --resume keeps only those: {instead}")
 
 
 def _runtime_text(runtime: dict[str, dict[str, str]]) -> str:

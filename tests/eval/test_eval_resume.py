@@ -145,6 +145,27 @@ def test_resume_refuses_weeks_of_another_env_or_protocol(tmp_path: Path, monkeyp
         assert not (tmp_path / "r.json").exists()
 
 
+def test_resume_refuses_a_week_cut_short_or_without_its_scores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partial week of 5 steps was summed with the whole ones (action counts of 61 steps for 3 weeks); a score of
+    null or without final_score crashed with a traceback."""
+    cfg = EvalConfig(agent="heuristic", condition="all", episodes=2, references=[], output=str(tmp_path / "r.json"))
+    _killed_after(monkeypatch, 1, "heuristic")
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg)
+    monkeypatch.undo()
+    partial = tmp_path / "r.episodes.jsonl.partial"
+    original = partial.read_bytes()
+    edits = ((lambda w: w.update(steps=w["steps"][:5]), "5 steps of 28"), (lambda w: w.update(score=None), "its score lacks"),
+             (lambda w: w["score"].pop("final_score"), "its score lacks final_score"))
+    for edit, needle in edits:
+        weeks = [orjson.loads(line) for line in original.splitlines()]
+        edit(weeks[1])
+        partial.write_bytes(b"".join(orjson.dumps(w) + b"\n" for w in weeks))
+        with pytest.raises(RhythmError, match=f"r.episodes.jsonl.partial:2: not a whole graded week \\({needle}"):
+            run_eval(cfg, resume=True)
+        assert not (tmp_path / "r.json").exists() and partial.exists()
+
+
 def test_an_evals_hash_covers_its_models_weights() -> None:
     """Weeks of a retrained model never pass for the old one's on --resume: the weights are in the hash."""
     from rhythm.config import config_hash
