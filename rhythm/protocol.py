@@ -63,7 +63,7 @@ _DECORATION = re.compile(r"[*`#>|~]+|(?<![A-Za-z])_+|_+(?![A-Za-z])")
 _ACTION_LINE = re.compile(r"\baction\s*[:=\uff1a]\s*(.*)", re.IGNORECASE)
 _ACTION_LABEL = re.compile(r"\baction\s*[:=\uff1a]\s*", re.IGNORECASE)
 _BELIEF_LINE = re.compile(r"\bbelief\s*[:=]?\s*(.*)", re.IGNORECASE)
-_NUMBER = r"[+-]?(?:\d+(?:[.,]\d+)?|[.,]\d+)"  # a decimal comma too: S=0,30 is 0.30, not 0
+_NUMBER = r"[+-]?(?:\d+(?:[.,]\d+)?|[.,]\d+)(?:[eE][+-]?\d+)?"  # a decimal comma too: S=0,30 is 0.30, not 0; 3e-1 is 0.3, not 3
 _BELIEF_ITEM = re.compile(rf"\b([smw])\s*[:=]\s*({_NUMBER})(?:\s*/\s*({_NUMBER}))?(\s*%)?", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[\s\-\u2010-\u2015]+")
 _ACTIONS_LONGEST_FIRST = sorted(ACTIONS, key=len, reverse=True)

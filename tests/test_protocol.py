@@ -59,6 +59,9 @@ def act(name: str) -> int:
         ("BELIEF: S = 0.30, M = 0.70, W = 0.55\nACTION: NAP", "NAP", (0.30, 0.70, 0.55)),
         ("BELIEF: S=1/3 M=2 / 4 W=1/0\nACTION: NAP", "NAP", None),  # W's 1/0 is no number: no belief
         ("BELIEF: S=1/3 M=2 / 4 W=0.5\nACTION: NAP", "NAP", (1 / 3, 0.5, 0.5)),
+        # scientific notation: 3e-1 is 0.3, not 3 clipped to 1
+        ("BELIEF: S=3e-1 M=7E-1 W=5.5e-1\nACTION: NAP", "NAP", (0.3, 0.7, 0.55)),
+        ("BELIEF: S=1e0 M=0,5e0 W=+2e-1\nACTION: NAP", "NAP", (1.0, 0.5, 0.2)),
     ],
 )
 def test_parses_tolerant_forms(text, action, belief) -> None:
