@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,7 +50,7 @@ from rhythm.eval.evaluate import EvalConfig, PlayedCache, run_eval
 from rhythm.eval.paired import final_scores, paired_differences
 from rhythm.eval.plots import PlotConfig, make_plots
 from rhythm.eval.reeval import ReevalConfig, reeval
-from rhythm.eval.results import EvalResults
+from rhythm.eval.results import EvalResults, episodes_path
 from rhythm.eval.stats import ci_text
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions, check_model_exists
@@ -258,6 +259,19 @@ def run_stage(
     return StageResult(name, False, seconds, {k: str(v) for k, v in outputs.items()}, info)
 
 
+PLOTS = ("final_scores", "belief_accuracy", "training_loss")
+"""The figures the plot stage draws (``plots/NAME.png``); a stage whose figure is gone draws them again."""
+
+
+def weights_file(run_dir: Path) -> Path:
+    """The weights a training stage leaves in ``run_dir``: an adapter's, a sharded model's index or a model's (the
+    one there; before the run, the model's). A stage whose weights are gone trains again, not reused by its summary."""
+    for name in ("adapter_model.safetensors", "model.safetensors.index.json"):
+        if (run_dir / name).exists():
+            return run_dir / name
+    return run_dir / "model.safetensors"
+
+
 def train_or_keep(run_dir: Path, cfg: Any, stage: str, run: Callable[..., dict[str, Any]], say: Callable[[str], None],
                   quiet: bool) -> dict[str, Any]:
     """A training stage's ``run`` (``run_sft``, ``run_grpo``) from where an interrupted run of it stopped
@@ -462,8 +476,8 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
             s = train_or_keep(run_dir, run_cfg, "sft", run_sft, say, quiet)
             return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
 
-        stages.append(run_stage(name, run_dir, run_cfg, inputs, {"summary": run_dir / "sft_summary.json"}, do_sft, say, out,
-                                clears=(run_dir,)))
+        made = {"summary": run_dir / "sft_summary.json", "weights": weights_file(run_dir)}
+        stages.append(run_stage(name, run_dir, run_cfg, inputs, made, do_sft, say, out, clears=(run_dir,)))
 
     sft_dir = out / "sft"
     sft_over: dict[str, Any] = {**cfg.sft, "data": str(data), "output_dir": str(sft_dir)}
@@ -492,7 +506,8 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         s = train_or_keep(grpo_dir, grpo_cfg, "grpo", run_grpo, say, quiet)
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
-    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir], {"summary": grpo_dir / "grpo_summary.json"}, do_grpo,
+    stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir],
+                            {"summary": grpo_dir / "grpo_summary.json", "weights": weights_file(grpo_dir)}, do_grpo,
                             say, out, clears=(grpo_dir,)))
     model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
 
@@ -541,7 +556,8 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
                 return {}
 
             inputs = [trained] if trained is not None else []
-            stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, {"results": cond_path}, do_eval, say, out))
+            made = {"results": cond_path, "episodes": episodes_path(cond_path)}
+            stages.append(run_stage(f"eval {tag} {cond}", cond_path.parent, ev_cfg, inputs, made, do_eval, say, out))
             per_condition[cond] = EvalResults.load(cond_path)
         first_results = next(iter(per_condition.values())).to_dict()
         config = {**first_results.get("config", {}), "condition": "all", "output": str(res_path),  # what all of it ran
@@ -571,7 +587,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         return {}
 
     stages.append(run_stage("plot", plots_dir, plot_cfg, [*result_files, *(d / "training_log.jsonl" for d in trained_dirs)],
-                            {"final_scores": plots_dir / "final_scores.png"}, do_plot, say, out))
+                            {name: plots_dir / f"{name}.png" for name in PLOTS}, do_plot, say, out))
 
     # 7. summary
     table = summary_table(students)
@@ -597,7 +613,8 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
 
 def _merge_episodes(folder: Path, conditions: list[str], res_path: Path) -> None:
     """Concatenate per-condition episode files beside the merged results JSON (for the belief plot)."""
-    target = res_path.with_name(res_path.stem + ".episodes.jsonl")
-    with target.open("wb") as fh:
-        for cond in conditions:
-            fh.write((folder / cond / "eval_results_v2.episodes.jsonl").read_bytes())
+    target = episodes_path(res_path)
+    parts = [(folder / cond / "eval_results_v2.episodes.jsonl").read_bytes() for cond in conditions]  # all read first
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(b"".join(parts))
+    os.replace(tmp, target)

@@ -80,6 +80,21 @@ def test_quickstart_runs_every_stage_and_reuses_them(tmp_path: Path, tiny_studen
     assert all(s["reused"] for s in second["stages"])
     assert second["students"] == first["students"]
 
+    # an output deleted by hand is made again, not passed over for the stamp beside it: weights, an eval's weeks, a figure
+    def merged_weeks() -> list:
+        return [(r["condition"], r["seed"], r["score"]) for _, r in read_episodes(out / "eval/sft/eval_results_v2.episodes.jsonl")]
+
+    merged = merged_weeks()
+    gone = ("grpo/model.safetensors", "eval/sft/in-dist/eval_results_v2.episodes.jsonl", "plots/belief_accuracy.png")
+    for rel in gone:
+        (out / rel).unlink()
+    again = quickstart(cfg, say=said.append, quiet=True)
+    rerun = {s["name"] for s in again["stages"] if not s["reused"]}
+    assert {"grpo", "eval sft in-dist", "plot"} <= rerun and not rerun & {"generate", "sft-openings", "sft", "eval sft ood"}
+    assert all((out / rel).exists() for rel in gone)
+    assert merged_weeks() == merged and len(merged) == sum(MINI["eval_episodes"].values())  # played again, the same
+    assert again["students"]["student SFT"] == first["students"]["student SFT"]
+
     # a changed teacher sentence, then a new env version: the teacher data is stale each time, and the quickstart
     # says why as it plays the weeks again
     class Stop(Exception):
