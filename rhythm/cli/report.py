@@ -49,6 +49,9 @@ def print_eval_table(results: EvalResults) -> None:
         shares = ", ".join(f"{c} {rate:.1%}" for c, rate in cut.items())
         err_console.print(f"replies cut at the token cap (model.max_new_tokens, or the API's max_tokens): {shares}; "
                           "where the parse failures are these, a higher cap may be all they need")
+    used = {c: r.usage for c, r in results.conditions.items() if r.usage}
+    if used:
+        err_console.print("usage: " + "; ".join(f"{c} {usage_text(u)}" for c, u in used.items()))
     refs = {c: r.references for c, r in results.conditions.items()}
     if any(refs.values()):
         ref_table = Table(title="references on the same seeds (final v3 / v2 / behaviour)")
@@ -62,6 +65,16 @@ def print_eval_table(results: EvalResults) -> None:
                 for n in names
             ])
         err_console.print(ref_table)
+
+
+def usage_text(usage: dict[str, Any]) -> str:
+    """``1,234 prompt + 56 completion tokens, 28 requests, $0.0012`` (the cost "unknown" where a price or a reply's
+    usage is missing; requests and retries where the agent counts them)."""
+    parts = [f"{usage.get('prompt_tokens', 0):,} prompt + {usage.get('completion_tokens', 0):,} completion tokens"]
+    parts += [f"{usage[k]:,} {k}" for k in ("requests", "retries") if usage.get(k)]
+    cost = usage.get("cost_usd")
+    parts.append("cost unknown" if cost is None else f"${cost:.4f}")
+    return ", ".join(parts)
 
 
 def print_reeval_table(summary: dict[str, Any]) -> None:

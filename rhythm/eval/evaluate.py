@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from rhythm.agents.base import EpisodeSpec
-from rhythm.agents.episodes import ProgressFn, play
+from rhythm.agents.episodes import ProgressFn, episode_usage, play
 from rhythm.agents.registry import check_agent_spec, make_agent, split_agent_spec
 from rhythm.agents.teachers import TeacherConfig
 from rhythm.agents.tiny import resolve_base, resolve_model
@@ -188,6 +188,14 @@ def cut_reply_rate(records: list[EpisodeRecord]) -> float | None:
     return round(sum(int(r.usage.get("cut_replies", 0)) for r in records) / max(replies, 1), 6)
 
 
+def replies_usage(records: list[EpisodeRecord]) -> dict[str, Any] | None:
+    """The weeks' usage summed (:func:`rhythm.agents.episodes.episode_usage`), for an agent that writes replies (a
+    model's or an API's); None for a scripted one."""
+    if not any(r.usage.get("prompt_tokens") or r.usage.get("requests") for r in records):
+        return None
+    return episode_usage([r.usage for r in records])
+
+
 def summarize_condition(
     condition: str,
     records: list[EpisodeRecord],
@@ -225,6 +233,7 @@ def summarize_condition(
         "normalized_score": None,
         "parse_failure_rate": round(sum(not s.parse_ok for s in steps) / len(steps), 6),
         "cut_reply_rate": cut_reply_rate(records),
+        "usage": replies_usage(records),
         "action_counts": {a: counts.get(a, 0) for a in ACTIONS},
         "references": {},
     }

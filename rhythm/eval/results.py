@@ -66,6 +66,9 @@ class ConditionResults(BaseModel):
     parse_failure_rate: float | None = None
     cut_reply_rate: float | None = None
     """Replies that stopped at the token cap (None: an agent that writes none, or a file from before it was counted)."""
+    usage: dict[str, Any] | None = None
+    """The agent's replies over every week, for one that writes them: tokens, requests and ``cost_usd`` (None where
+    a price or a reply's usage is missing), as each week's ``usage`` holds them, summed."""
     action_counts: dict[str, int] = {}
     references: dict[str, ReferenceScores] = {}
 

@@ -1057,6 +1057,28 @@ def test_an_eval_records_the_server_that_answered_also_when_the_environment_name
     assert url in Path(str(episodes) + ".config.yaml").read_text()
 
 
+def test_an_api_evals_results_and_table_sum_its_usage_and_cost(tmp_path: Path, openai_key: str, run_cli) -> None:
+    """What an API eval asked and spent, over every week: in the results (per condition) and on the terminal; a
+    scripted agent's results have none."""
+    out = tmp_path / "e.json"
+    with FakeOpenAI(api_key=KEY) as server:
+        code, _, err = run_cli("eval", "--agent", "openai:m", "--base-url", server.base_url, "--condition", "discrete",
+                               "--seeds", "0-1", "--output", str(out), "--set", "references=[]",
+                               "--set", "llm.prices={m: {input: 1.0, output: 2.0}}")
+    assert code == 0, err
+    weeks = _records(out.with_name("e.episodes.jsonl"))
+    usage = orjson.loads(out.read_bytes())["conditions"]["discrete"]["usage"]
+    for key in ("prompt_tokens", "completion_tokens", "requests"):
+        assert usage[key] == sum(w["usage"][key] for w in weeks) > 0
+    assert usage["requests"] == 2 * 28
+    assert usage["cost_usd"] == pytest.approx(sum(w["usage"]["cost_usd"] for w in weeks)) and usage["cost_usd"] > 0
+    assert f"usage: discrete {usage['prompt_tokens']:,} prompt + {usage['completion_tokens']:,} completion tokens, 56 requests" in " ".join(err.split())
+    code, _, err = run_cli("eval", "--agent", "heuristic", "--condition", "discrete", "--seeds", "0",
+                           "--output", str(tmp_path / "h.json"), "--set", "references=[]")
+    assert code == 0 and "usage:" not in err
+    assert orjson.loads((tmp_path / "h.json").read_bytes())["conditions"]["discrete"]["usage"] is None
+
+
 def test_an_agent_refuses_another_stages_settings() -> None:
     from rhythm.agents.llm import LLMAgent
     from rhythm.agents.teachers import TeacherConfig
