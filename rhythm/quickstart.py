@@ -263,13 +263,13 @@ PLOTS = ("final_scores", "belief_accuracy", "training_loss")
 """The figures the plot stage draws (``plots/NAME.png``); a stage whose figure is gone draws them again."""
 
 
-def weights_file(run_dir: Path) -> Path:
-    """The weights a training stage leaves in ``run_dir``: an adapter's, a sharded model's index or a model's (the
-    one there; before the run, the model's). A stage whose weights are gone trains again, not reused by its summary."""
-    for name in ("adapter_model.safetensors", "model.safetensors.index.json"):
-        if (run_dir / name).exists():
-            return run_dir / name
-    return run_dir / "model.safetensors"
+def weights_file(run_dir: Path, adapter: bool) -> Path:
+    """The weights a training stage leaves in ``run_dir``: a LoRA adapter's, or a model's (its shards' index where
+    it was saved in shards). A stage whose weights are gone trains again, not reused for the summary beside them."""
+    if adapter:
+        return run_dir / "adapter_model.safetensors"
+    index = run_dir / "model.safetensors.index.json"
+    return index if index.exists() else run_dir / "model.safetensors"
 
 
 def train_or_keep(run_dir: Path, cfg: Any, stage: str, run: Callable[..., dict[str, Any]], say: Callable[[str], None],
@@ -476,7 +476,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
             s = train_or_keep(run_dir, run_cfg, "sft", run_sft, say, quiet)
             return {k: s[k] for k in ("global_step", "train_loss_first", "train_loss_last", "eval_loss_first", "eval_loss_last", "seconds")}
 
-        made = {"summary": run_dir / "sft_summary.json", "weights": weights_file(run_dir)}
+        made = {"summary": run_dir / "sft_summary.json", "weights": weights_file(run_dir, run_cfg.use_peft)}
         stages.append(run_stage(name, run_dir, run_cfg, inputs, made, do_sft, say, out, clears=(run_dir,)))
 
     sft_dir = out / "sft"
@@ -507,7 +507,7 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
         return {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
 
     stages.append(run_stage("grpo", grpo_dir, grpo_cfg, [data, sft_dir],
-                            {"summary": grpo_dir / "grpo_summary.json", "weights": weights_file(grpo_dir)}, do_grpo,
+                            {"summary": grpo_dir / "grpo_summary.json", "weights": weights_file(grpo_dir, sft_cfg.use_peft or grpo_cfg.use_peft)}, do_grpo,
                             say, out, clears=(grpo_dir,)))
     model_opts = ModelOptions(batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
 

@@ -200,6 +200,15 @@ def _killed_mid_sft_then_resumed(out: Path, tmp_path: Path, config: dict) -> Non
                 proc.wait()
 
 
+def test_a_training_stages_weights_are_its_adapter_or_its_model_or_its_shards_index(tmp_path: Path) -> None:
+    from rhythm.quickstart import weights_file
+
+    assert weights_file(tmp_path, adapter=True) == tmp_path / "adapter_model.safetensors"
+    assert weights_file(tmp_path, adapter=False) == tmp_path / "model.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text("{}")  # a model saved in shards
+    assert weights_file(tmp_path, adapter=False) == tmp_path / "model.safetensors.index.json"
+
+
 def test_run_stage_reruns_only_when_config_or_inputs_change(tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text("a")
