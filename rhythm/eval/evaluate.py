@@ -190,10 +190,11 @@ def cut_reply_rate(records: list[EpisodeRecord]) -> float | None:
 
 def replies_usage(records: list[EpisodeRecord]) -> dict[str, Any] | None:
     """The weeks' usage summed (:func:`rhythm.agents.episodes.episode_usage`), for an agent that writes replies (a
-    model's or an API's); None for a scripted one."""
+    model's or an API's); None for a scripted one. The weeks' wall time is left out: results are the same however
+    fast, or in how many sittings (``--resume``), they were played."""
     if not any(r.usage.get("prompt_tokens") or r.usage.get("requests") for r in records):
         return None
-    return episode_usage([r.usage for r in records])
+    return {k: v for k, v in episode_usage([r.usage for r in records]).items() if k != "seconds"}
 
 
 def summarize_condition(
