@@ -166,7 +166,8 @@ def resolve_target(provider: str, arg: str, llm: LLMConfig) -> Target:
     if not name:
         raise RhythmError(f"--teacher {provider} needs {flag} NAME (or {provider}:NAME, or llm.{flag[2:]} in the config)")
     check_bounds(llm, "llm.")  # an LLMConfig built in code, not loaded
-    check_key(KEY_ENV[provider])
+    if provider == "openai" or llm.auth != "entra":  # under Entra ID auth the key is not sent
+        check_key(KEY_ENV[provider])
     if llm.reasoning_effort is not None and llm.reasoning_effort not in REASONING_EFFORTS:
         raise RhythmError(f"unknown reasoning_effort {llm.reasoning_effort!r}; expected one of {', '.join(REASONING_EFFORTS)}")
     if llm.max_cost_usd is not None and name not in llm.prices:

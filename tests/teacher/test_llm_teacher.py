@@ -914,6 +914,17 @@ def test_missing_settings_fail_before_anything_is_sent(tmp_path, monkeypatch, ru
     assert not (tmp_path / "n.jsonl").exists()
 
 
+def test_a_key_that_is_not_sent_is_not_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Entra ID auth the Azure key is not used: a stray one in the environment is no reason to refuse."""
+    from rhythm.model.llm_client import resolve_target
+
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", " not-a-key\n")
+    llm = LLMConfig(endpoint="https://x.openai.azure.com", api_version="2025-04-01-preview", auth="entra")
+    assert resolve_target("azure", "d", llm).name == "d"
+    with pytest.raises(RhythmError, match="AZURE_OPENAI_API_KEY holds a line break"):
+        resolve_target("azure", "d", dataclasses.replace(llm, auth="key"))
+
+
 def test_history_turns_keeps_the_last_k_steps(tmp_path: Path, openai_key: str) -> None:
     with FakeOpenAI(api_key=KEY) as server:
         _run(_cfg(server, tmp_path, seeds="0-1", history_turns=3))
