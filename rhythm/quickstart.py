@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -55,7 +54,7 @@ from rhythm.eval.stats import ci_text
 from rhythm.locking import output_lock
 from rhythm.model.load import ModelOptions, check_model_exists
 from rhythm.provenance import file_digest, now_iso, package_version, versions
-from rhythm.records import check_output, read_episodes, write_episodes
+from rhythm.records import check_output, read_episodes, write_atomic, write_episodes
 from rhythm.seeds import parse_seeds
 from rhythm.teacher.generate import GenerateConfig, generate
 from rhythm.teacher.generate import validate as validate_generate
@@ -614,7 +613,4 @@ def _quickstart(cfg: QuickstartConfig, *, say: Callable[[str], None], quiet: boo
 def _merge_episodes(folder: Path, conditions: list[str], res_path: Path) -> None:
     """Concatenate per-condition episode files beside the merged results JSON (for the belief plot)."""
     target = episodes_path(res_path)
-    parts = [(folder / cond / "eval_results_v2.episodes.jsonl").read_bytes() for cond in conditions]  # all read first
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_bytes(b"".join(parts))
-    os.replace(tmp, target)
+    write_atomic(target, b"".join((folder / cond / "eval_results_v2.episodes.jsonl").read_bytes() for cond in conditions))

@@ -468,7 +468,7 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
     ep_path = episodes_path(cfg.output)
     with output_lock(ep_path, wait=wait_lock, say=say):
         partial = ep_path.with_name(ep_path.name + ".partial")
-        runtime = agent_runtime(agents)
+        runtime, endpoints = agent_runtime(agents), agent_endpoints(agents)
         done = resumed_weeks(cfg, partial, weights, runtime) if resume else {}
         if resume:
             say(f"resuming from {partial}: {len(done)} of the agent's weeks kept" if done else
@@ -481,7 +481,7 @@ def _run_eval(cfg: EvalConfig, agents: dict[str, Any], progress_factory: Callabl
             partial.unlink(missing_ok=True)
         write_config(recorded_config(cfg), sidecar_path(partial),
                      made_by(config_hash=eval_hash(cfg, weights), weights=weights, runtime=runtime,
-                             **({"endpoints": agent_endpoints(agents)} if agent_endpoints(agents) else {})))
+                             **({"endpoints": endpoints} if endpoints else {})))
         with JsonlWriter(partial, resume=resume) as writer:  # resume: a torn last line is cut first
 
             def keep(name: str, condition: str, records: list[EpisodeRecord]) -> None:
