@@ -39,3 +39,19 @@ def test_a_local_students_week_costs_nothing() -> None:
     usage = episode_usage(_steps({"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.0},
                                  {"prompt_tokens": 12, "completion_tokens": 3, "cost_usd": 0.0}))
     assert usage == {"prompt_tokens": 22, "completion_tokens": 5, "cost_usd": 0.0}
+
+
+@pytest.mark.parametrize(("usage", "text"), [
+    ({"prompt_tokens": 22, "completion_tokens": 5, "cost_usd": 0.0}, "22 prompt + 5 completion tokens"),
+    ({"prompt_tokens": 1234, "completion_tokens": 56, "requests": 28, "cost_usd": 0.0012},
+     "1,234 prompt + 56 completion tokens, 28 requests, $0.0012"),
+    ({"prompt_tokens": 10, "completion_tokens": 2, "requests": 1, "retries": 2, "cost_usd": 0.0},
+     "10 prompt + 2 completion tokens, 1 requests, 2 retries, $0.0000"),  # a free API call is still an API call
+    ({"prompt_tokens": 10, "completion_tokens": 2, "requests": 1, "cost_usd": None},
+     "10 prompt + 2 completion tokens, 1 requests, cost unknown"),
+])
+def test_the_usage_line_shows_a_cost_only_where_requests_were_sent_or_money_spent(usage: dict, text: str) -> None:
+    """A local student's weeks cost 0.0 and send no request: "$0.0000" under its table would read as a free API."""
+    from rhythm.cli.report import usage_text
+
+    assert usage_text(usage) == text

@@ -69,11 +69,15 @@ def print_eval_table(results: EvalResults) -> None:
 
 def usage_text(usage: dict[str, Any]) -> str:
     """``1,234 prompt + 56 completion tokens, 28 requests, $0.0012`` (the cost "unknown" where a price or a reply's
-    usage is missing; requests and retries where the agent counts them)."""
+    usage is missing; requests and retries where the agent counts them). An agent that sent no request and spent
+    nothing (a local model) shows no cost: "$0.0000" would read as an API run that was free."""
     parts = [f"{usage.get('prompt_tokens', 0):,} prompt + {usage.get('completion_tokens', 0):,} completion tokens"]
     parts += [f"{usage[k]:,} {k}" for k in ("requests", "retries") if usage.get(k)]
     cost = usage.get("cost_usd")
-    parts.append("cost unknown" if cost is None else f"${cost:.4f}")
+    if cost is None:
+        parts.append("cost unknown")
+    elif cost or usage.get("requests"):
+        parts.append(f"${cost:.4f}")
     return ", ".join(parts)
 
 
