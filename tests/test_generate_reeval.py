@@ -221,10 +221,13 @@ def _edit(step: int, key: str, value=None, text: tuple[str, str] | None = None):
     (_edit(-1, "return", lambda r: r + 0.1), "score.return"),
     (_edit(-1, "belief_score_v2", 0.5), "score.belief_score_v2"),
     (_edit(-1, "parse_failures", 2), "score.parse_failures 2 does not replay (0)"),
+    (_edit(12, "meters", None), "step 12: no stored meters to check against the replay"),
+    (lambda record: record["steps"][20].pop("reward"), "step 20: no stored reward to check against the replay"),
 ])
 def test_reeval_flags_an_edit_of_what_a_week_says_or_trains_on(tmp_path: Path, run_cli, edit, says: str) -> None:
     """The observation text SFT trains on, the step's place, a belief or its reply line, ``parse_ok`` and every
-    number of the score: each is what the replay or the reply itself gives, and an edit to any is flagged."""
+    number of the score: each is what the replay or the reply itself gives, and an edit to any is flagged; so is a
+    step whose meters or reward were dropped (nothing to check them against)."""
     out = tmp_path / "t.jsonl"
     generate(GenerateConfig(seeds="0-1", output=str(out)))
     recs = _lines(out)

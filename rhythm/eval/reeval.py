@@ -132,8 +132,8 @@ def step_flags(step: dict[str, Any], t: int, played: Any, i: int, tolerance: flo
                texts: list[str] | None) -> list[str]:
     """What in stored step ``t`` does not agree with the replay of its week (``played``, week ``i``) or with its own
     reply: its place in the week, the observation text it answered (``texts``: the replay's, in the record's
-    protocol; None: not compared), the meters and reward after it, and the action, belief and ``parse_ok`` its reply
-    states."""
+    protocol; None: not compared), the meters and reward after it (a step without them is flagged: it could not be
+    checked), and the action, belief and ``parse_ok`` its reply states."""
     flags = []
     if (step.get("t"), step.get("day"), step.get("slot")) != (t, t // N_SLOTS, t % N_SLOTS):
         flags.append(f"step {t}: t/day/slot {step.get('t')}/{step.get('day')}/{step.get('slot')} is not its place in "
@@ -141,11 +141,14 @@ def step_flags(step: dict[str, Any], t: int, played: Any, i: int, tolerance: flo
     if texts is not None and "observation" in step and step["observation"] != texts[t]:
         flags.append(f"step {t}: stored observation text does not replay")
     meters, reward = played.meters[i, t], played.rewards[i, t]
-    if "meters" in step and (
+    missing = [key for key in ("meters", "reward") if step.get(key) is None]  # a record states both (SPEC section 5)
+    if missing:
+        flags.append(f"step {t}: no stored {' or '.join(missing)} to check against the replay")
+    if step.get("meters") is not None and (
         len(step["meters"]) != 5 or np.max(np.abs(np.asarray(step["meters"], dtype=float) - meters)) > tolerance
     ):
         flags.append(f"step {t}: stored meters do not replay")
-    if "reward" in step and _differs(step["reward"], reward, tolerance):
+    if step.get("reward") is not None and _differs(step["reward"], reward, tolerance):
         flags.append(f"step {t}: stored reward {step['reward']} does not replay ({reward:.6f})")
     parsed = parse_reply(step.get("response", ""))
     name = str(step.get("action", ""))
