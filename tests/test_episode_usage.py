@@ -46,9 +46,9 @@ def test_a_local_students_week_costs_nothing() -> None:
     ({"prompt_tokens": 1234, "completion_tokens": 56, "requests": 28, "cost_usd": 0.0012},
      "1,234 prompt + 56 completion tokens, 28 requests, $0.0012"),
     ({"prompt_tokens": 10, "completion_tokens": 2, "requests": 1, "retries": 2, "cost_usd": 0.0},
-     "10 prompt + 2 completion tokens, 1 requests, 2 retries, $0.0000"),  # a free API call is still an API call
-    ({"prompt_tokens": 10, "completion_tokens": 2, "requests": 1, "cost_usd": None},
-     "10 prompt + 2 completion tokens, 1 requests, cost unknown"),
+     "10 prompt + 2 completion tokens, 1 request, 2 retries, $0.0000"),  # a free API call is still an API call
+    ({"prompt_tokens": 10, "completion_tokens": 2, "requests": 2, "retries": 1, "cost_usd": None},
+     "10 prompt + 2 completion tokens, 2 requests, 1 retry, cost unknown"),
 ])
 def test_the_usage_line_shows_a_cost_only_where_requests_were_sent_or_money_spent(usage: dict, text: str) -> None:
     """A local student's weeks cost 0.0 and send no request: "$0.0000" under its table would read as a free API."""

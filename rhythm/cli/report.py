@@ -72,7 +72,8 @@ def usage_text(usage: dict[str, Any]) -> str:
     usage is missing; requests and retries where the agent counts them). An agent that sent no request and spent
     nothing (a local model) shows no cost: "$0.0000" would read as an API run that was free."""
     parts = [f"{usage.get('prompt_tokens', 0):,} prompt + {usage.get('completion_tokens', 0):,} completion tokens"]
-    parts += [f"{usage[k]:,} {k}" for k in ("requests", "retries") if usage.get(k)]
+    parts += [f"{usage[k]:,} {k if usage[k] != 1 else one}" for k, one in (("requests", "request"), ("retries", "retry"))
+              if usage.get(k)]
     cost = usage.get("cost_usd")
     if cost is None:
         parts.append("cost unknown")
