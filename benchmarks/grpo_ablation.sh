@@ -31,11 +31,18 @@ ev() {  # NAME MODEL_DIR: free play on train-split seeds EVAL_SEEDS, every condi
     --quiet -o "$WORK/e/$1/eval_results_v2.json" --set 'references=[heuristic]' --set model.max_new_tokens=16 > "$WORK/e/$1.log" 2>&1
 }
 
+# The branch stage as the rows before the thirty-eighth round ran it: unanchored (a row's own --set comes after, and wins)
+UNANCHORED=(--set anchor_weight=0 --set anchor_states=16)
+was() {  # CONFIG: the settings that give CONFIG as rounds 1-37 read it
+  [ "$1" = configs/grpo-tiny-branch.yaml ] && echo "${UNANCHORED[@]}" || true
+}
+
 grpo() {  # NAME CONFIG [--set key=value ...]: refine the SFT student, then eval and pair with it
   local name=$1 config=$2
   shift 2
+  # shellcheck disable=SC2046
   $R grpo --config "$config" --model "${START:-$SFT}" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true \
-    --set logging_steps=5 --set save_steps=1000 "$@" > "$WORK/g/$name.log" 2>&1
+    --set logging_steps=5 --set save_steps=1000 $(was "$config") "$@" > "$WORK/g/$name.log" 2>&1
   pair "$name" "$config $*"
 }
 
@@ -54,7 +61,7 @@ patched() {  # NAME VAR=VALUE... -- [--set key=value ...]: a research row (confi
   [ -d "$tree" ] || { git worktree add -q --detach "$tree" HEAD && git -C "$tree" apply "$PWD/benchmarks/grpo_research.patch"; }
   (cd "$tree" && env "${vars[@]}" PYTHONPATH="$tree" ${PYTHON:-python} -m rhythm.cli.main grpo --config "${PCONFIG:-configs/grpo-tiny-branch.yaml}" \
     --model "${START:-$SFT}" -o "$WORK/g/$name" --quiet --set overwrite_output_dir=true --set logging_steps=5 --set save_steps=1000 \
-    "$@" > "$WORK/g/$name.log" 2>&1)
+    $(was "${PCONFIG:-configs/grpo-tiny-branch.yaml}") "$@" > "$WORK/g/$name.log" 2>&1)
   pair "$name" "${vars[*]} $*"
 }
 
@@ -92,6 +99,11 @@ for row in "$@"; do
     K5long) grpo K5long configs/grpo-tiny-branch.yaml --set anchor_weight=5 --max-steps 120 ;;
     # third round (EVAL_SEEDS=100000-100299): the anchored stage three times longer, then the patched rows
     K5x3) grpo K5x3 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --max-steps 360 ;;
+    # thirty-eighth round (EVAL_SEEDS=100000-100299): the branch stage anchored on 16 states, and on 8 (shipped since)
+    QA5) grpo QA5 configs/grpo-tiny-branch.yaml --set anchor_weight=5 ;;
+    QA5s1) grpo QA5s1 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set seed=1 ;;
+    QA5n8) grpo QA5n8 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set anchor_states=8 ;;
+    QA5n8s1) grpo QA5n8s1 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set anchor_states=8 --set seed=1 ;;
     BEL1) patched BEL1 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 60 --set per_device_train_batch_size=128 ;;
     BD4) grpo BD4 configs/grpo-tiny-branch.yaml --set branch.futures=4 --max-steps 100 ;;
     EN2) patched EN2 RHYTHM_ENUM=1 RHYTHM_MAX_T=26 -- --max-steps 100 --set num_generations=10 \

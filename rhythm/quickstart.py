@@ -8,7 +8,8 @@ Stages, each a call of the same library function its own command uses:
    the openings of the teacher's weeks (``configs/sft-tiny-openings.yaml``), then on whole weeks
    (``configs/sft-tiny-weeks.yaml``).
 4. ``grpo``: GRPO refinement of the SFT model from the environment (``configs/grpo-tiny-branch.yaml``): on
-   the student's own weeks, each sampled reply rewarded with the final score of the week it leads to.
+   the student's own weeks, each sampled reply rewarded with the final score of the week it leads to, the
+   states the batch does not score held by a KL anchor to the starting policy.
    With a ``dagger:`` section (``configs/quickstart-few.yaml``), then ``dagger-play`` and ``dagger``: the refined
    student plays train-split people, the bayes filter relabels its weeks' beliefs, and ``rhythm sft`` learns them
    beside the teacher's weeks (``configs/sft-tiny-dagger.yaml``; DAgger for the belief).
