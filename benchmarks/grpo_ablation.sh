@@ -105,6 +105,8 @@ for row in "$@"; do
     QA5n8) grpo QA5n8 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set anchor_states=8 ;;
     QA5n8s1) grpo QA5n8s1 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set anchor_states=8 --set seed=1 ;;
     QA5n8s2) grpo QA5n8s2 configs/grpo-tiny-branch.yaml --set anchor_weight=5 --set anchor_states=8 --set seed=2 ;;
+    # thirty-ninth round (EVAL_SEEDS=100000-100299, on the AMD machine's student): QA5n8, QA5n8s1 and the stage unanchored
+    Q0) grpo Q0 configs/grpo-tiny-branch.yaml ;;  # was() gives it rounds 1-37's settings: no anchor
     BEL1) patched BEL1 RHYTHM_JUDGE=belief RHYTHM_MIN_T=8 -- --max-steps 60 --set per_device_train_batch_size=128 ;;
     BD4) grpo BD4 configs/grpo-tiny-branch.yaml --set branch.futures=4 --max-steps 100 ;;
     EN2) patched EN2 RHYTHM_ENUM=1 RHYTHM_MAX_T=26 -- --max-steps 100 --set num_generations=10 \

@@ -9,7 +9,7 @@ from rhythm.agents.base import EpisodeSpec
 from rhythm.agents.episodes import play
 from rhythm.agents.registry import make_agent
 from rhythm.protocol import parse_reply, record_conversation
-from rhythm.train.grpo.probe import PolicyProbe
+from rhythm.train.grpo.probe import PolicyProbe, reply_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +24,19 @@ def _load(path):
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
-def test_probe_is_zero_at_the_start_and_moves_with_the_policy(prompts, sft_model):
+@pytest.mark.parametrize("probe_batch", [32, 2])  # the states in one batch, and sorted by length into three
+def test_probe_is_zero_at_the_start_and_moves_with_the_policy(prompts, sft_model, probe_batch, monkeypatch):
     import torch
 
+    monkeypatch.setattr("rhythm.train.grpo.probe.PROBE_BATCH", probe_batch)
     model, tokenizer = _load(sft_model)
     probe = PolicyProbe(prompts, tokenizer, max_new_tokens=16, stop_ids=[tokenizer.eos_token_id])
     probe.start(model)
     assert len(probe.start_replies) == len(prompts) and all(probe.start_replies)
+    for i, prompt_ids in enumerate(probe.prompt_ids):  # each state's figures are its own, whatever its batch
+        with torch.no_grad():
+            alone = reply_logprobs(model, [prompt_ids], [probe.start_replies[i]], probe.pad_id)[0]
+        assert torch.allclose(probe.start_logprobs[i], alone, atol=1e-4)
     same = probe.measure(model)
     assert same["probe/kl"] == pytest.approx(0.0, abs=1e-6)
     assert same["probe/action_changed"] == 0.0 and same["probe/belief_shift"] == pytest.approx(0.0, abs=1e-9)

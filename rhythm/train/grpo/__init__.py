@@ -4,7 +4,8 @@ package, read top to bottom as :mod:`~rhythm.train.grpo.config` (settings and ch
 (reward functions by name, reward log), :mod:`~rhythm.train.grpo.rollout` (episode mode's weeks),
 :mod:`~rhythm.train.grpo.branch` and :mod:`~rhythm.train.grpo.pairs` (branch mode's scored replies and pairs),
 :mod:`~rhythm.train.grpo.anchor` (the KL anchor), :mod:`~rhythm.train.grpo.probe` (what shows whether a run can
-learn) and :mod:`~rhythm.train.grpo.trainer` (policy, TRL ``GRPOTrainer``, the run; its docstring tells the
+learn), :mod:`~rhythm.train.grpo.shared_prompts` (the loss's pass, each prompt encoded once) and
+:mod:`~rhythm.train.grpo.trainer` (policy, TRL ``GRPOTrainer``, the run; its docstring tells the
 recipe). ``python -m rhythm.train.grpo`` is the entry ``accelerate launch`` and Hugging Face Jobs run.
 """
 

@@ -23,6 +23,9 @@ import numpy as np
 
 from rhythm.protocol import parse_reply
 
+PROBE_BATCH = 32
+"""Prompts a probe or an anchor pool runs through the model at once (sorted by length)."""
+
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[Any]) -> list[list[int]]:
     """Each conversation's token ids up to the reply, as the chat template renders it and as eval's
@@ -98,14 +101,27 @@ class PolicyProbe:
 
     def greedy(self, model: Any) -> list[list[int]]:
         """Greedy reply token ids (stop token included when reached) for every probe prompt."""
-        return greedy_replies(model, self.prompt_ids, self.pad_id, self.stop_ids, self.max_new_tokens)
+        return self._by_length(lambda prompts: greedy_replies(model, prompts, self.pad_id, self.stop_ids, self.max_new_tokens))
 
     def logprobs(self, model: Any, replies: Sequence[Sequence[int]]) -> list[Any]:
         """Log-softmax over the vocabulary at each reply position, teacher-forced on ``replies``."""
         import torch
 
         with torch.no_grad():
-            return [x.cpu() for x in reply_logprobs(model, self.prompt_ids, replies, self.pad_id)]
+            return self._by_length(lambda prompts, rs: [x.cpu() for x in reply_logprobs(model, prompts, rs, self.pad_id)],
+                                   replies)
+
+    def _by_length(self, batch: Callable[..., list[Any]], *columns: Sequence[Any]) -> list[Any]:
+        """``batch`` over the prompts (and ``columns``' entries beside them) in batches of ``PROBE_BATCH`` prompts of
+        similar length, as left padding to a batch's longest costs (an anchor's pool spans whole weeks); in order."""
+        order = sorted(range(len(self.prompt_ids)), key=lambda i: len(self.prompt_ids[i]))
+        out: list[Any] = [None] * len(order)
+        for start in range(0, len(order), PROBE_BATCH):
+            idx = order[start : start + PROBE_BATCH]
+            results = batch([self.prompt_ids[i] for i in idx], *[[c[i] for i in idx] for c in columns])
+            for i, result in zip(idx, results, strict=True):
+                out[i] = result
+        return out
 
     def _decisions(self, replies: Sequence[Sequence[int]]) -> list[Any]:
         return [parse_reply(self.tokenizer.decode(r, skip_special_tokens=True)) for r in replies]

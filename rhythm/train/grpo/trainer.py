@@ -94,6 +94,7 @@ from rhythm.train.grpo.data import (
 from rhythm.train.grpo.probe import PolicyProbe, make_probe_callback
 from rhythm.train.grpo.rewards import RewardLog
 from rhythm.train.grpo.rollout import make_week_rollout
+from rhythm.train.grpo.shared_prompts import sharing_prompts
 from rhythm.train.processes import is_main_process, world_size
 from rhythm.train.run_folder import LOG_NAME, checkpoint_step, cleaned_on_failure, data_paths, train_or_finish
 
@@ -298,11 +299,11 @@ def build_trainer(cfg: GRPORunConfig, *, quiet: bool = False, callbacks: list | 
     if rollout is not None:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16 (pinned)
     probe = _probe(cfg, rows, tokenizer, read, students)
-    trainer_cls, anchor = GRPOTrainer, None
+    trainer_cls, anchor = sharing_prompts(GRPOTrainer), None
     if cfg.anchor_weight > 0:
         pool = [rows[int(i)]["prompt"] for i in np.random.default_rng(cfg.seed).permutation(len(rows))[:ANCHOR_POOL]]
         anchor = Anchor(pool, tokenizer, cfg.max_completion_length, _stop_ids(tokenizer), cfg.anchor_states, cfg.seed)
-        trainer_cls = anchored(GRPOTrainer, anchor, cfg.anchor_weight)
+        trainer_cls = anchored(trainer_cls, anchor, cfg.anchor_weight)
     try:
         trainer = trainer_cls(
             model=model,
